@@ -1,0 +1,45 @@
+"""keras_tpu_estimator: run TPUEstimator `model_fn`s in Keras 3 under `tf.distribute`.
+
+Example:
+
+```python
+import keras_tpu_estimator as kte
+
+model = kte.EstimatorModel(model_fn, params={}, train_batch_size=64)
+model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1000)])
+```
+"""
+
+from keras_tpu_estimator import _compat
+from keras_tpu_estimator.callbacks import StopAtStep
+from keras_tpu_estimator.config import (
+    InputPipelineConfig,
+    IterationsPerLoop,
+    RunConfig,
+    TPUConfig,
+    parse_iterations_per_loop,
+)
+from keras_tpu_estimator.model import EstimatorModel
+from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
+from keras_tpu_estimator.strategy import TPUContext, resolve_strategy
+from keras_tpu_estimator.variables import NewVariableAfterBuildError
+
+_compat.check_versions()
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EstimatorModel",
+    "EstimatorSpec",
+    "InputPipelineConfig",
+    "IterationsPerLoop",
+    "ModeKeys",
+    "NewVariableAfterBuildError",
+    "RunConfig",
+    "StopAtStep",
+    "TPUConfig",
+    "TPUContext",
+    "TPUEstimatorSpec",
+    "parse_iterations_per_loop",
+    "resolve_strategy",
+]

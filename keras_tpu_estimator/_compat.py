@@ -1,0 +1,156 @@
+"""Every private TensorFlow and Keras symbol this package touches, in one place.
+
+Each shim names the upstream symbol it wraps and the versions it was checked
+on (TensorFlow 2.21, Keras 3.15). If an upgrade moves a symbol, the error
+raised here names it. Nothing else in the package imports
+`tensorflow.python.*` or reaches into underscore attributes of TF or Keras.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import warnings
+from typing import Any, Iterator
+
+import keras
+import tensorflow as tf
+from keras.src.backend.common import global_state as _keras_global_state
+from tensorflow.python.distribute import distribute_lib as _distribute_lib
+from tensorflow.python.framework import func_graph as _func_graph
+from tensorflow.python.ops import variable_scope as _variable_scope
+
+_TESTED = {"tensorflow": ((2, 16), (2, 21)), "keras": ((3, 0), (3, 15))}
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    parts = version.split(".")
+    return int(parts[0]), int(parts[1])
+
+
+def check_versions() -> None:
+    """Warns when TensorFlow or Keras is outside the range this package was tested on."""
+    found = {"tensorflow": tf.__version__, "keras": keras.__version__}
+    for name, (low, high) in _TESTED.items():
+        if not low <= _major_minor(found[name]) <= high:
+            warnings.warn(
+                f"keras_tpu_estimator is tested with {name} "
+                f"{low[0]}.{low[1]}..{high[0]}.{high[1]}; found {found[name]}. "
+                "It relies on private APIs listed in keras_tpu_estimator/_compat.py.",
+                stacklevel=2,
+            )
+
+
+def new_variable_store() -> Any:
+    """A TF1 variable store (`tensorflow.python.ops.variable_scope._VariableStore`)."""
+    return _variable_scope._VariableStore()
+
+
+def with_variable_store(store: Any) -> contextlib.AbstractContextManager:
+    """Makes `store` the store `tf.compat.v1.get_variable` uses (`variable_scope.with_variable_store`)."""
+    return _variable_scope.with_variable_store(store)
+
+
+@contextlib.contextmanager
+def default_replica_graph(name: str) -> Iterator[tf.Graph]:
+    """A throw-away `FuncGraph` in which no `tf.distribute` strategy is active.
+
+    Used to trace `model_fn` once at build time in the default replica context
+    while variables are created eagerly under the model's strategy
+    (`FuncGraph`, `Graph._distribution_strategy_stack`).
+    """
+    graph = _func_graph.FuncGraph(name)
+    with graph.as_default():
+        graph._distribution_strategy_stack = []
+        yield graph
+
+
+@contextlib.contextmanager
+def fresh_keras_auto_names() -> Iterator[None]:
+    """Keras auto-names (`dense`, `dense_1`, ...) restart from zero inside this scope.
+
+    So unnamed Keras layers built inline in `model_fn` get the same names on
+    every trace (Keras `global_state` attribute `object_name_uids`).
+    """
+    key = "object_name_uids"
+    saved = _keras_global_state.get_global_attribute(key)
+    _keras_global_state.set_global_attribute(key, collections.defaultdict(int))
+    try:
+        yield
+    finally:
+        _keras_global_state.set_global_attribute(key, saved)
+
+
+@contextlib.contextmanager
+def estimator_loss_scaling(strategy: tf.distribute.Strategy) -> Iterator[None]:
+    """TF1 optimizers divide the loss by the replica count, as under Estimator.
+
+    `tf.compat.v1.train.Optimizer.compute_gradients` scales the loss by
+    `1/num_replicas_in_sync` only when the strategy's private flag
+    `_scale_loss_for_estimator` is set (`Strategy._scale_loss_for_estimator_enabled`).
+    """
+    with strategy._scale_loss_for_estimator_enabled():
+        yield
+
+
+def track_variable(layer: keras.layers.Layer, variable: keras.Variable) -> None:
+    """Makes `layer` own `variable` (Keras `Layer._track_variable`)."""
+    layer._track_variable(variable)
+
+
+def is_tpu_strategy(strategy: tf.distribute.Strategy) -> bool:
+    """True for `TPUStrategy` and its experimental variants."""
+    return any(cls.__name__.startswith("TPUStrategy") for cls in type(strategy).__mro__)
+
+
+class _AdoptedVariable(keras.Variable):
+    """A `keras.Variable` that wraps an existing `tf.Variable` instead of making one.
+
+    Overrides the TensorFlow backend's `Variable._initialize` (Keras 3.15).
+    """
+
+    def __init__(self, tf_variable: tf.Variable, name: str, **kwargs: Any):
+        self._adopted = tf_variable
+        super().__init__(
+            initializer=lambda shape, dtype: None,
+            shape=tf_variable.shape,
+            dtype=tf_variable.dtype.name,
+            trainable=tf_variable.trainable,
+            name=name,
+            **kwargs,
+        )
+
+    def _initialize(self, value: Any) -> None:
+        self._value = self._adopted
+        del self._adopted
+
+
+def adopt_variable(tf_variable: tf.Variable, name: str, **kwargs: Any) -> keras.Variable:
+    """Wraps `tf_variable` (plain, mirrored or TPU) in a `keras.Variable` named `name`."""
+    return _AdoptedVariable(tf_variable, name, **kwargs)
+
+
+@contextlib.contextmanager
+def merge_calls_under_creator(creator: Any) -> Iterator[None]:
+    """Runs every `merge_call` function with `creator` on top of the creator stack.
+
+    TF1 optimizers create slots and `beta1_power` inside
+    `ReplicaContext.merge_call`, which runs in the strategy's thread with the
+    strategy's own creator above any replica scope. Patches
+    `tensorflow.python.distribute.distribute_lib.ReplicaContext.merge_call`
+    while active and restores it on exit.
+    """
+    original = _distribute_lib.ReplicaContext.merge_call
+
+    def merge_call(self: Any, merge_fn: Any, args: Any = (), kwargs: Any = None) -> Any:
+        def under_creator(*fn_args: Any, **fn_kwargs: Any) -> Any:
+            with tf.variable_creator_scope(creator):
+                return merge_fn(*fn_args, **fn_kwargs)
+
+        return original(self, under_creator, args, kwargs)
+
+    _distribute_lib.ReplicaContext.merge_call = merge_call
+    try:
+        yield
+    finally:
+        _distribute_lib.ReplicaContext.merge_call = original

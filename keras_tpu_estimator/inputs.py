@@ -1,0 +1,119 @@
+"""Input: calling `input_fn` as TPUEstimator did, and distributing its dataset.
+
+Owns the `input_fn` contract (a required `params` argument; optional `mode`,
+`config`, `input_context`), the split of dataset elements into
+`(features, labels)`, and the per-replica element spec the build traces from.
+Batch arithmetic comes from `strategy.py`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from keras_tpu_estimator.spec import InputFn
+
+Element = tuple  # (features, labels or None)
+
+
+def function_args(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """Names of `fn`'s parameters (`functools.partial` and bound methods included)."""
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()
+
+
+def split_element(element: Any) -> Element:
+    """`(features, labels)` from an input element: only a 2-tuple carries labels."""
+    if isinstance(element, tuple) and len(element) == 2:
+        return element
+    if isinstance(element, tuple):
+        raise ValueError(
+            "An input element that is a tuple must be `(features, labels)`. "
+            f"Received a tuple of {len(element)} items. Return a dict of features, "
+            "or a (features, labels) pair."
+        )
+    return element, None
+
+
+def call_input_fn(
+    input_fn: InputFn,
+    mode: str,
+    params: dict,
+    config: Any,
+    input_context: tf.distribute.InputContext | None = None,
+) -> tf.data.Dataset:
+    """Calls `input_fn` with the arguments it declares; returns a `tf.data.Dataset`.
+
+    `params` must be a fresh dict for this call (the caller copies it).
+    Tensors (the TF1 style) become a dataset that repeats them.
+
+    Raises:
+        ValueError: `input_fn` has no `params` argument.
+        TypeError: it returned something that is neither a dataset nor tensors.
+    """
+    args = function_args(input_fn)
+    if "params" not in args:
+        raise ValueError(
+            f"input_fn ({getattr(input_fn, '__name__', input_fn)}) does not include params "
+            "argument, required by TPUEstimator to pass batch size as "
+            "params['batch_size']. Add a `params` argument."
+        )
+    kwargs: dict[str, Any] = {"params": params}
+    if "mode" in args:
+        kwargs["mode"] = mode
+    if "config" in args:
+        kwargs["config"] = config
+    if "input_context" in args:
+        kwargs["input_context"] = input_context
+    result = input_fn(**kwargs)
+    if isinstance(result, tf.data.Dataset):
+        return result
+    try:
+        return tf.data.Dataset.from_tensors(result).repeat()
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            "`input_fn` must return a tf.data.Dataset (or features / (features, labels) "
+            f"tensors). Received: {type(result).__name__}."
+        ) from error
+
+
+def static_batch_size(element_spec: Any) -> int | None:
+    """The static leading dimension shared by all tensors of a dataset element, or None."""
+    sizes = {
+        spec.shape[0] if spec.shape.rank else None
+        for spec in tf.nest.flatten(element_spec)
+        if isinstance(spec, tf.TensorSpec)
+    }
+    if len(sizes) == 1:
+        return sizes.pop()
+    return None
+
+
+def per_replica_spec(global_spec: Any, num_replicas: int) -> Any:
+    """The element spec one replica sees when a global batch is split `num_replicas` ways."""
+
+    def split(spec: Any) -> Any:
+        if not isinstance(spec, tf.TensorSpec) or not spec.shape.rank:
+            return spec
+        batch = spec.shape[0]
+        batch = None if batch is None else batch // num_replicas
+        return tf.TensorSpec([batch] + spec.shape[1:].as_list(), spec.dtype, spec.name)
+
+    return tf.nest.map_structure(split, global_spec)
+
+
+def placeholders(element_spec: Any) -> Any:
+    """Graph placeholders matching `element_spec` (inside a build graph)."""
+
+    def make(spec: Any) -> Any:
+        if isinstance(spec, tf.TensorSpec):
+            return tf.compat.v1.placeholder(spec.dtype, spec.shape)
+        raise TypeError(
+            f"Input elements must be dense tensors; received a {type(spec).__name__}."
+        )
+
+    return tf.nest.map_structure(make, element_spec)

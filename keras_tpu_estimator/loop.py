@@ -1,0 +1,128 @@
+"""The device loop: many steps in one `tf.function` call, with a tensor trip count.
+
+Vocabulary used across the package:
+
+- *step*: one batch through `model_fn` (one optimizer update in training);
+- *execution* (TPUEstimator's *loop*): one call of the loop function, running
+  up to `num_steps` steps on the device;
+- *global step*: the `global_step` variable, which counts training steps.
+
+`make_loop_function` owns only the loop: reading the distributed iterator,
+`strategy.run` of a replica step, reducing the loss over replicas and stacking
+per-step outputs (concatenated across replicas in replica order). Because
+`num_steps` is a tensor argument, a short tail execution reuses the same trace.
+What a step does, and when to stop, belong to `model.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, NamedTuple
+
+import tensorflow as tf
+
+ReplicaStep = Callable[[Any], dict]
+"""Runs in replica context on one batch; returns `{"loss": scalar, "outputs": nest}`."""
+
+
+class ExecutionResult(NamedTuple):
+    """What one execution returns.
+
+    Attributes:
+        steps: Steps actually run (fewer than asked when the input ended).
+        loss_sum: Sum over those steps of the replica-mean loss.
+        outputs: Per-step outputs concatenated over replicas and steps
+            (`[steps * global_batch, ...]`), or `None`.
+    """
+
+    steps: Any
+    loss_sum: Any
+    outputs: Any
+
+
+def _concat_replicas(strategy: tf.distribute.Strategy, value: Any) -> tf.Tensor:
+    parts = strategy.experimental_local_results(value)
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
+
+
+def make_loop_function(
+    strategy: tf.distribute.Strategy,
+    replica_step: ReplicaStep,
+    *,
+    around_run: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    output_spec: Any = None,
+) -> Callable[[Any, tf.Tensor], ExecutionResult]:
+    """Builds `loop(iterator, num_steps) -> ExecutionResult`.
+
+    Args:
+        strategy: Runs `replica_step` on every replica.
+        replica_step: The per-replica step.
+        around_run: Context entered in the calling thread around every
+            `strategy.run` (the variable store's scope, for `merge_call` code).
+        output_spec: Nest of per-replica `tf.TensorSpec`s of
+            `replica_step(...)["outputs"]`, or `None` to collect nothing.
+
+    Returns:
+        A `tf.function`. Call it with an iterator of a distributed dataset and
+        an int32 scalar tensor; it stops early when the iterator runs out.
+
+    Example:
+
+    ```python
+    loop = make_loop_function(strategy, step)
+    result = loop(iter(dist_dataset), tf.constant(4))
+    int(result.steps)   # 4, or fewer at the end of the input
+    ```
+    """
+
+    def new_arrays() -> Any:
+        return tf.nest.map_structure(
+            lambda spec: tf.TensorArray(
+                spec.dtype,
+                size=0,
+                dynamic_size=True,
+                infer_shape=False,
+                element_shape=tf.TensorShape([None]).concatenate(spec.shape[1:]),
+            ),
+            output_spec,
+        )
+
+    @tf.function(autograph=False)
+    def loop(iterator: Any, num_steps: tf.Tensor) -> ExecutionResult:
+        arrays = new_arrays() if output_spec is not None else ()
+
+        def keep_going(step: Any, done: Any, loss_sum: Any, arrays: Any) -> Any:
+            return tf.logical_and(step < num_steps, tf.logical_not(done))
+
+        def one_step(step: Any, done: Any, loss_sum: Any, arrays: Any) -> Any:
+            optional = iterator.get_next_as_optional()
+
+            def run() -> Any:
+                with around_run():
+                    result = strategy.run(replica_step, args=(optional.get_value(),))
+                loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, result["loss"], axis=None)
+                new_arrays = arrays
+                if output_spec is not None:
+                    new_arrays = tf.nest.map_structure(
+                        lambda array, value: array.write(step, _concat_replicas(strategy, value)),
+                        arrays,
+                        result["outputs"],
+                    )
+                return step + 1, tf.constant(False), loss_sum + tf.cast(loss, tf.float32), new_arrays
+
+            def stop() -> Any:
+                return step, tf.constant(True), loss_sum, arrays
+
+            return tf.cond(optional.has_value(), run, stop)
+
+        steps, _, loss_sum, arrays = tf.while_loop(
+            keep_going,
+            one_step,
+            [tf.constant(0), tf.constant(False), tf.constant(0.0), arrays],
+        )
+        outputs = None
+        if output_spec is not None:
+            outputs = tf.nest.map_structure(lambda array: array.concat(), arrays)
+        return ExecutionResult(steps, loss_sum, outputs)
+
+    return loop

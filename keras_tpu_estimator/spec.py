@@ -1,0 +1,292 @@
+"""The model_fn contract: `ModeKeys`, `TPUEstimatorSpec`, `EstimatorSpec` and their checks.
+
+This module owns the records a `model_fn` returns and the validation that
+needs nothing but the record itself (the `(fn, tensors)` pairs of
+`host_call` and `eval_metrics`, hook types). Checks that need a mode or a
+strategy (static shapes, rank of host tensors) live with the code that runs
+the spec.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+from typing import Any, Callable, Mapping, Sequence, Union
+
+import keras
+import tensorflow as tf
+
+ModelFn = Callable[..., Any]
+"""`model_fn(features, labels, mode, params, config)`; only `features` and `params` are required."""
+
+InputFn = Callable[..., Any]
+"""`input_fn(params[, mode, config, input_context])` returning a `tf.data.Dataset`."""
+
+HostCall = tuple  # (fn, list or dict of tensors)
+"""A `(fn, tensors)` pair; tensors are passed positionally (list) or as keywords (dict)."""
+
+
+class ModeKeys:
+    """The three modes a `model_fn` is called in (the Estimator's values).
+
+    Example:
+
+    ```python
+    def model_fn(features, labels, mode, params):
+        if mode == ModeKeys.PREDICT:
+            ...
+    ```
+    """
+
+    TRAIN = "train"
+    EVAL = "eval"
+    PREDICT = "infer"
+
+
+_MODES = (ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.PREDICT)
+
+
+def check_host_call(name: str, host_call: Any) -> None:
+    """Validates a `(fn, tensors)` pair as TPUEstimator did.
+
+    Args:
+        name: `"host_call"` or `"eval_metrics"`, used in messages.
+        host_call: The value to check, or `None`.
+
+    Raises:
+        ValueError: not a 2-tuple/list, or tensors not a list, tuple or dict.
+        TypeError: `fn` is not callable.
+        RuntimeError: a list of tensors whose length differs from `fn`'s
+            positional arguments (functions with `*args` accept any length).
+    """
+    if host_call is None:
+        return
+    if not isinstance(host_call, (tuple, list)):
+        raise ValueError(
+            f"{name} should be tuple or list: `({name}_fn, tensors)`. "
+            f"Received: {name}={host_call!r}"
+        )
+    if len(host_call) != 2:
+        raise ValueError(
+            f"{name} should have two elements: `({name}_fn, tensors)`. "
+            f"Received {len(host_call)} elements."
+        )
+    fn, tensors = host_call
+    if not callable(fn):
+        raise TypeError(f"{name}[0] should be callable. Received: {fn!r}")
+    if not isinstance(tensors, (tuple, list, dict)):
+        raise ValueError(
+            f"{name}[1] should be tuple or list, or dict. Received: {type(tensors).__name__}"
+        )
+    if isinstance(tensors, (tuple, list)):
+        params = inspect.signature(fn).parameters.values()
+        if any(p.kind == p.VAR_POSITIONAL for p in params):
+            return
+        positional = [
+            p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(tensors) != len(positional):
+            raise RuntimeError(
+                f"In TPUEstimatorSpec.{name}, length of tensors {len(tensors)} does not "
+                f"match method args of the function, which takes {len(positional)}."
+            )
+
+
+def check_hooks(name: str, hooks: Sequence[Any] | None) -> tuple:
+    """Returns `hooks` as a tuple of Keras callbacks, or raises a TypeError naming the fix."""
+    hooks = tuple(hooks or ())
+    for hook in hooks:
+        if isinstance(hook, tf.compat.v1.train.SessionRunHook):
+            raise TypeError(
+                f"{name} contains the SessionRunHook {hook!r}. Session hooks need a "
+                "tf.compat.v1 Session, which Keras does not run. Write it as a "
+                "`keras.callbacks.Callback` (its `on_train_batch_end` runs once per "
+                "execution of `iterations_per_loop` steps)."
+            )
+        if not isinstance(hook, keras.callbacks.Callback):
+            raise TypeError(
+                f"All {name} must be `keras.callbacks.Callback` instances. Received: {hook!r}"
+            )
+    return hooks
+
+
+_SPEC_FIELDS = (
+    "mode",
+    "predictions",
+    "loss",
+    "train_op",
+    "eval_metrics",
+    "export_outputs",
+    "scaffold_fn",
+    "host_call",
+    "training_hooks",
+    "evaluation_hooks",
+    "prediction_hooks",
+)
+
+
+class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS)):
+    """What a TPUEstimator `model_fn` returns.
+
+    Args:
+        mode: One of `ModeKeys`.
+        predictions: Dict of batch-major tensors (or one tensor), for PREDICT.
+        loss: Scalar loss tensor, for TRAIN and EVAL.
+        train_op: Op that applies one update (TF1 `Optimizer.minimize(...)`),
+            or `None` when the model is given a Keras optimizer.
+        eval_metrics: `(metric_fn, tensors)`; tensors are a list (positional) or
+            dict (keywords).
+        export_outputs: Dict of serving signatures.
+        scaffold_fn: Zero-argument function returning a Scaffold (or None-free value).
+        host_call: `(fn, tensors)` run on the host for every step.
+        training_hooks, evaluation_hooks, prediction_hooks: Keras callbacks.
+
+    Example:
+
+    ```python
+    def model_fn(features, labels, mode, params):
+        logits = tf.compat.v1.layers.dense(features["x"], 10)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=logits))
+        opt = tf.compat.v1.train.AdamOptimizer(1e-3)
+        train_op = opt.minimize(loss, tf.compat.v1.train.get_or_create_global_step())
+        return TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+    ```
+
+    Differences from TPUEstimator: hooks are Keras callbacks; a
+    `SessionRunHook` raises a TypeError that says how to port it.
+    """
+
+    def __new__(
+        cls,
+        mode: str,
+        predictions: Any = None,
+        loss: Any = None,
+        train_op: Any = None,
+        eval_metrics: HostCall | None = None,
+        export_outputs: Mapping[str, Any] | None = None,
+        scaffold_fn: Callable[[], Any] | None = None,
+        host_call: HostCall | None = None,
+        training_hooks: Sequence[keras.callbacks.Callback] | None = None,
+        evaluation_hooks: Sequence[keras.callbacks.Callback] | None = None,
+        prediction_hooks: Sequence[keras.callbacks.Callback] | None = None,
+    ) -> "TPUEstimatorSpec":
+        if mode not in _MODES:
+            raise ValueError(f"`mode` must be one of {_MODES}. Received: mode={mode!r}")
+        check_host_call("eval_metrics", eval_metrics)
+        check_host_call("host_call", host_call)
+        if scaffold_fn is not None and not callable(scaffold_fn):
+            raise TypeError(f"`scaffold_fn` must be callable. Received: {scaffold_fn!r}")
+        return super().__new__(
+            cls,
+            mode,
+            predictions,
+            loss,
+            train_op,
+            eval_metrics,
+            export_outputs,
+            scaffold_fn,
+            host_call,
+            check_hooks("training_hooks", training_hooks),
+            check_hooks("evaluation_hooks", evaluation_hooks),
+            check_hooks("prediction_hooks", prediction_hooks),
+        )
+
+
+_ESTIMATOR_SPEC_FIELDS = (
+    "mode",
+    "predictions",
+    "loss",
+    "train_op",
+    "eval_metric_ops",
+    "export_outputs",
+    "training_chief_hooks",
+    "training_hooks",
+    "scaffold",
+    "evaluation_hooks",
+    "prediction_hooks",
+)
+
+
+class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIELDS)):
+    """The plain Estimator's spec, accepted where TPUEstimator accepted it.
+
+    Example:
+
+    ```python
+    return EstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op=train_op)
+    ```
+
+    Differences from TPUEstimator: `training_chief_hooks` raise a ValueError
+    (as on TPU); `scaffold` is ignored with a warning.
+    """
+
+    def __new__(
+        cls,
+        mode: str,
+        predictions: Any = None,
+        loss: Any = None,
+        train_op: Any = None,
+        eval_metric_ops: Mapping[str, Any] | None = None,
+        export_outputs: Mapping[str, Any] | None = None,
+        training_chief_hooks: Sequence[Any] | None = None,
+        training_hooks: Sequence[Any] | None = None,
+        scaffold: Any = None,
+        evaluation_hooks: Sequence[Any] | None = None,
+        prediction_hooks: Sequence[Any] | None = None,
+    ) -> "EstimatorSpec":
+        if mode not in _MODES:
+            raise ValueError(f"`mode` must be one of {_MODES}. Received: mode={mode!r}")
+        if training_chief_hooks:
+            raise ValueError(
+                "training_chief_hooks returned by EstimatorSpec is not supported. "
+                "Pass Keras callbacks via training_hooks instead."
+            )
+        return super().__new__(
+            cls,
+            mode,
+            predictions,
+            loss,
+            train_op,
+            dict(eval_metric_ops or {}),
+            export_outputs,
+            (),
+            check_hooks("training_hooks", training_hooks),
+            scaffold,
+            check_hooks("evaluation_hooks", evaluation_hooks),
+            check_hooks("prediction_hooks", prediction_hooks),
+        )
+
+
+AnySpec = Union[TPUEstimatorSpec, EstimatorSpec]
+
+
+def check_spec(spec: Any, mode: str, model_fn: ModelFn) -> AnySpec:
+    """Checks what `model_fn` returned in `mode`; returns it.
+
+    Raises:
+        TypeError: not a `TPUEstimatorSpec` or `EstimatorSpec`.
+        ValueError: a field the mode needs is missing.
+    """
+    fn_name = getattr(model_fn, "__name__", repr(model_fn))
+    if not isinstance(spec, (TPUEstimatorSpec, EstimatorSpec)):
+        raise TypeError(
+            f"`model_fn` ({fn_name}) must return a TPUEstimatorSpec or EstimatorSpec in "
+            f"mode {mode!r}. Received: {type(spec).__name__}."
+        )
+    if mode in (ModeKeys.TRAIN, ModeKeys.EVAL) and spec.loss is None:
+        raise ValueError(
+            f"`model_fn` ({fn_name}) returned a spec without `loss` in mode {mode!r}. "
+            "TRAIN and EVAL need a scalar loss tensor."
+        )
+    if spec.loss is not None and tf.convert_to_tensor(spec.loss).shape.rank not in (0, None):
+        raise ValueError(
+            f"`model_fn` ({fn_name}) returned a non-scalar loss in mode {mode!r}: "
+            f"shape {spec.loss.shape}. Reduce it to a scalar, e.g. with tf.reduce_mean."
+        )
+    if mode == ModeKeys.PREDICT and spec.predictions is None:
+        raise ValueError(
+            f"`model_fn` ({fn_name}) returned a spec without `predictions` in mode "
+            "'infer' (PREDICT). Return a dict of batch-major tensors."
+        )
+    return spec

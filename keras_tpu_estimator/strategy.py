@@ -1,0 +1,169 @@
+"""Which `tf.distribute` strategy runs the model, and the batch arithmetic over its replicas.
+
+Owns strategy resolution (TPU, then GPUs, then the default strategy), the
+per-replica batch size, and `TPUContext`, the object a `model_fn` or
+`input_fn` finds in `params['context']`.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from typing import Any
+
+import tensorflow as tf
+
+from keras_tpu_estimator import _compat
+
+_log = logging.getLogger(__name__)
+_RESOLVED: dict[str, tf.distribute.Strategy] = {}
+
+
+def _tpu_may_exist(master: str | None) -> bool:
+    if master and master != "local":
+        return True
+    return bool(
+        os.environ.get("TPU_NAME")
+        or os.environ.get("COLAB_TPU_ADDR")
+        or glob.glob("/dev/accel*")
+        or glob.glob("/dev/vfio/[0-9]*")
+    )
+
+
+def resolve_strategy(
+    use_tpu: bool = True,
+    master: str | None = None,
+    cluster: Any = None,
+) -> tf.distribute.Strategy:
+    """Picks the strategy a TPUEstimator program would have run on here.
+
+    With `use_tpu`, connects `TPUClusterResolver(tpu=master or 'local')` (or
+    `cluster`) and returns a `TPUStrategy` when a TPU answers. Otherwise a
+    `MirroredStrategy` over the visible GPUs when there are two or more, else
+    the default strategy. The result is cached per process: two
+    `MirroredStrategy` objects in one process collide on collective keys.
+
+    Example:
+
+    ```python
+    strategy = resolve_strategy(use_tpu=True)   # default strategy on a CPU box
+    ```
+    """
+    if use_tpu and (cluster is not None or _tpu_may_exist(master)):
+        key = f"tpu:{master}:{id(cluster)}"
+        if key not in _RESOLVED:
+            try:
+                resolver = cluster or tf.distribute.cluster_resolver.TPUClusterResolver(
+                    tpu=master or "local"
+                )
+                if master and master != "local":
+                    tf.config.experimental_connect_to_cluster(resolver)
+                tf.tpu.experimental.initialize_tpu_system(resolver)
+                _RESOLVED[key] = tf.distribute.TPUStrategy(resolver)
+            except (ValueError, tf.errors.OpError, RuntimeError) as error:
+                _log.warning("No TPU found (%s); falling back to GPUs or CPU.", error)
+                _RESOLVED[key] = _local_strategy()
+        return _RESOLVED[key]
+    return _local_strategy() if use_tpu else tf.distribute.get_strategy()
+
+
+def _local_strategy() -> tf.distribute.Strategy:
+    if "local" not in _RESOLVED:
+        gpus = tf.config.list_logical_devices("GPU")
+        _RESOLVED["local"] = (
+            tf.distribute.MirroredStrategy([d.name for d in gpus])
+            if len(gpus) > 1
+            else tf.distribute.get_strategy()
+        )
+    return _RESOLVED["local"]
+
+
+def per_replica_batch_size(global_batch_size: int, num_replicas: int, name: str) -> int:
+    """`global_batch_size / num_replicas`, or a ValueError naming `name` and the fix.
+
+    Example:
+
+    >>> per_replica_batch_size(16, 4, "train_batch_size")
+    4
+    """
+    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int):
+        raise ValueError(f"`{name}` must be a positive integer. Received: {global_batch_size!r}")
+    if global_batch_size <= 0:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {global_batch_size}")
+    if global_batch_size % num_replicas:
+        raise ValueError(
+            f"`{name}` must be divisible by the number of replicas ({num_replicas}). "
+            f"Received: {name}={global_batch_size}. Use a multiple of {num_replicas}."
+        )
+    return global_batch_size // num_replicas
+
+
+class TPUContext:
+    """What `params['context']` holds: the replica layout seen by `model_fn` and `input_fn`.
+
+    Args:
+        strategy: The model's `tf.distribute.Strategy`.
+        mode: The `ModeKeys` value of the current call.
+        global_batch_size: The global batch of this mode, or `None`.
+        input_context: The `tf.distribute.InputContext` of an `input_fn` call.
+
+    Example:
+
+    ```python
+    def input_fn(params):
+        ctx = params["context"]
+        host, index, count = ctx.current_input_fn_deployment()
+        return files.shard(count, index)...
+    ```
+    """
+
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy,
+        mode: str,
+        global_batch_size: int | None = None,
+        input_context: tf.distribute.InputContext | None = None,
+    ):
+        self._strategy = strategy
+        self.mode = mode
+        self.global_batch_size = global_batch_size
+        self.input_context = input_context
+
+    @property
+    def num_replicas(self) -> int:
+        """Replicas in sync across all hosts."""
+        return self._strategy.num_replicas_in_sync
+
+    @property
+    def num_hosts(self) -> int:
+        """Input pipelines (hosts or workers)."""
+        if self.input_context is not None:
+            return self.input_context.num_input_pipelines
+        return getattr(self._strategy.extended, "num_hosts", 1)
+
+    @property
+    def current_host(self) -> int:
+        """Index of this input pipeline."""
+        return self.input_context.input_pipeline_id if self.input_context else 0
+
+    @property
+    def num_of_replicas_per_host(self) -> int:
+        """Replicas fed by one host."""
+        return self.num_replicas // max(1, self.num_hosts)
+
+    num_of_cores_per_host = num_of_replicas_per_host
+
+    @property
+    def device_assignment(self) -> None:
+        """Always `None`: model parallelism is not supported."""
+        return None
+
+    @property
+    def is_running_on_tpu(self) -> bool:
+        """True under a `TPUStrategy`."""
+        return _compat.is_tpu_strategy(self._strategy)
+
+    def current_input_fn_deployment(self) -> tuple[str, int, int]:
+        """`(host_device, invocation_index, total_invocations)` of this `input_fn` call."""
+        return ("/device:CPU:0", self.current_host, self.num_hosts)

@@ -1,0 +1,228 @@
+"""The variable store: TF1-named variables created once and owned by a Keras model.
+
+`model_fn` runs inside traced functions, once per trace and, under a
+`MirroredStrategy`, once per replica. Every variable it asks for
+(`tf.compat.v1.get_variable`, Keras layers built inline, TF1 optimizer slots,
+the global step) must map to one variable that the Keras model owns, keyed by
+its TF1 name (`dense/kernel`, `global_step`, `dense/kernel/Adam`).
+
+This module owns that mapping: `VariableStore.scope()` is entered around every
+`model_fn` call; variables are created only while `creating()` is active (the
+build), and a variable requested later is an error that names it. It knows
+nothing of modes, specs or loops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from typing import Any, Iterator
+
+import keras
+import tensorflow as tf
+
+from keras_tpu_estimator import _compat
+
+GLOBAL_STEP_NAME = "global_step"
+_REPLICA_PREFIX = re.compile(r"^(replica_\d+/)+")
+
+_AGGREGATION = {
+    tf.VariableAggregation.NONE: "none",
+    tf.VariableAggregation.SUM: "sum",
+    tf.VariableAggregation.MEAN: "mean",
+    tf.VariableAggregation.ONLY_FIRST_REPLICA: "only_first_replica",
+}
+_SYNCHRONIZATION = {
+    tf.VariableSynchronization.AUTO: "auto",
+    tf.VariableSynchronization.NONE: "none",
+    tf.VariableSynchronization.ON_WRITE: "on_write",
+    tf.VariableSynchronization.ON_READ: "on_read",
+}
+
+
+class NewVariableAfterBuildError(ValueError):
+    """Raised when `model_fn` asks for a variable that its build did not create."""
+
+
+class VariableStore:
+    """Maps TF1 variable names to Keras variables owned by one Keras layer or model.
+
+    Args:
+        owner: `keras.layers.Layer`. The model that tracks every variable.
+        strategy: `tf.distribute.Strategy` under which variables are created.
+
+    Example:
+
+    ```python
+    store = VariableStore(model, tf.distribute.get_strategy())
+    with store.creating(), store.scope():
+        w = tf.compat.v1.get_variable("w", [3], initializer=tf.zeros_initializer())
+    store.variables_by_name["w"]  # a keras.Variable named "w" in TF1 terms
+    ```
+    """
+
+    def __init__(self, owner: keras.layers.Layer, strategy: tf.distribute.Strategy):
+        self._owner = owner
+        self._strategy = strategy
+        self._tf1_store = _compat.new_variable_store()
+        self._by_name: dict[str, keras.Variable] = {}
+        self._creation_allowed = False
+        self._local = threading.local()
+        self.global_step = self._create(
+            GLOBAL_STEP_NAME,
+            initial_value=tf.zeros([], tf.int64),
+            trainable=False,
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
+
+    @property
+    def variables_by_name(self) -> dict[str, keras.Variable]:
+        """A copy of the `{TF1 name: keras.Variable}` mapping."""
+        return dict(self._by_name)
+
+    @contextlib.contextmanager
+    def creating(self) -> Iterator[None]:
+        """Allows new variables while active (the build of one mode)."""
+        self._creation_allowed = True
+        try:
+            yield
+        finally:
+            self._creation_allowed = False
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Routes every variable request inside to this store.
+
+        Enter it in the thread that calls `strategy.run` (so that
+        `merge_call` code, which runs there, sees it) and again around each
+        `model_fn` call. It installs the TF1 store with `AUTO_REUSE`, fills
+        the TF1 collections `TRAINABLE_VARIABLES`, `GLOBAL_VARIABLES` and
+        `GLOBAL_STEP` with the model's variables, and restarts Keras'
+        auto-naming so inline layers get the same names on every trace.
+        """
+        graph = tf.compat.v1.get_default_graph()
+        saved_entry = getattr(self._local, "entry", None)
+        self._local.entry = graph.get_name_scope()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_compat.with_variable_store(self._tf1_store))
+            stack.enter_context(
+                tf.compat.v1.variable_scope(
+                    tf.compat.v1.get_variable_scope(),
+                    reuse=tf.compat.v1.AUTO_REUSE,
+                    auxiliary_name_scope=False,
+                )
+            )
+            stack.enter_context(tf.variable_creator_scope(self._creator))
+            stack.enter_context(_compat.merge_calls_under_creator(self._creator))
+            stack.enter_context(_compat.fresh_keras_auto_names())
+            stack.enter_context(self._collections_filled(graph))
+            try:
+                yield
+            finally:
+                self._local.entry = saved_entry
+
+    @contextlib.contextmanager
+    def _collections_filled(self, graph: tf.Graph) -> Iterator[None]:
+        keys = {
+            tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES: [
+                v.value for v in self._by_name.values() if v.trainable
+            ],
+            tf.compat.v1.GraphKeys.GLOBAL_VARIABLES: [v.value for v in self._by_name.values()],
+            tf.compat.v1.GraphKeys.GLOBAL_STEP: [self.global_step.value],
+        }
+        saved = {}
+        for key, values in keys.items():
+            ref = graph.get_collection_ref(key)
+            saved[key] = list(ref)
+            ref[:] = values
+        try:
+            yield
+        finally:
+            for key, values in saved.items():
+                graph.get_collection_ref(key)[:] = values
+
+    def _key(self, name: str | None) -> str:
+        if name and name.endswith("/"):  # TF treats a trailing "/" as an absolute name
+            return _REPLICA_PREFIX.sub("", name[:-1])
+        scope = tf.compat.v1.get_default_graph().get_name_scope()
+        entry = getattr(self._local, "entry", None) or ""
+        if entry and (scope == entry or scope.startswith(entry + "/")):
+            scope = scope[len(entry) :].lstrip("/")
+        full = f"{scope}/{name or 'Variable'}" if scope else (name or "Variable")
+        full = _REPLICA_PREFIX.sub("", full)
+        return full.split(":")[0]
+
+    def _creator(self, next_creator: Any, **kwargs: Any) -> Any:
+        if getattr(self._local, "creating_own", False):
+            return next_creator(**kwargs)
+        key = self._key(kwargs.get("name"))
+        variable = self._by_name.get(key)
+        if variable is None:
+            if not self._creation_allowed:
+                raise NewVariableAfterBuildError(
+                    f"`model_fn` created the variable '{key}' after the model was built. "
+                    "Every variable must be created when the model is built, on the first "
+                    "call of each mode; later traces may only reuse variables by name. "
+                    "Give layers fixed names and create variables unconditionally (not "
+                    "inside a branch that depends on the step or the batch)."
+                )
+            variable = self._create(
+                key,
+                initial_value=kwargs.get("initial_value"),
+                dtype=kwargs.get("dtype"),
+                trainable=kwargs.get("trainable"),
+                aggregation=kwargs.get("aggregation"),
+                synchronization=kwargs.get("synchronization"),
+            )
+            graph = tf.compat.v1.get_default_graph()
+            graph.add_to_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, variable.value)
+            if variable.trainable:
+                graph.add_to_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES, variable.value)
+        return variable.value
+
+    def _create(
+        self,
+        key: str,
+        initial_value: Any,
+        dtype: Any = None,
+        trainable: bool | None = None,
+        aggregation: Any = None,
+        synchronization: Any = None,
+    ) -> keras.Variable:
+        synchronization = synchronization or tf.VariableSynchronization.AUTO
+        if trainable is None:
+            trainable = synchronization != tf.VariableSynchronization.ON_READ
+        with tf.init_scope():
+            value = initial_value() if callable(initial_value) else initial_value
+            if isinstance(value, tf.Tensor) and not hasattr(value, "numpy"):
+                static = tf.get_static_value(value)
+                if static is None:
+                    raise ValueError(
+                        f"The initial value of variable '{key}' depends on tensors computed "
+                        "inside `model_fn`. Pass an initializer (for example "
+                        "`tf.compat.v1.get_variable(name, shape, initializer=...)`) instead."
+                    )
+                value = static
+            value = tf.convert_to_tensor(value, dtype=dtype)
+            self._local.creating_own = True
+            try:
+                with self._strategy.scope(), tf.compat.v1.name_scope(None):
+                    tf_variable = tf.Variable(
+                    value,
+                        name=key,
+                        trainable=trainable,
+                        aggregation=aggregation or tf.VariableAggregation.NONE,
+                        synchronization=synchronization,
+                    )
+            finally:
+                self._local.creating_own = False
+            variable = _compat.adopt_variable(
+                tf_variable,
+                key.replace("/", "__"),
+                aggregation=_AGGREGATION[aggregation or tf.VariableAggregation.NONE],
+                synchronization=_SYNCHRONIZATION[synchronization],
+            )
+        _compat.track_variable(self._owner, variable)
+        self._by_name[key] = variable
+        return variable
