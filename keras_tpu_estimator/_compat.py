@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import keras
 import tensorflow as tf
 from keras.src.backend.common import global_state as _keras_global_state
+from keras.src.backend.common import name_scope as _keras_name_scope
 from tensorflow.python.distribute import distribute_lib as _distribute_lib
 from tensorflow.python.framework import func_graph as _func_graph
 from tensorflow.python.ops import variable_scope as _variable_scope
@@ -79,6 +80,15 @@ def fresh_keras_auto_names() -> Iterator[None]:
         yield
     finally:
         _keras_global_state.set_global_attribute(key, saved)
+
+
+def keras_name_path() -> str:
+    """The Keras layer path being built (`dense_1`), or "" outside Keras layers.
+
+    Keras' own path (`keras.src.backend.common.name_scope.current_path`) is not
+    uniquified by the graph, unlike TF name scopes (`dense_1_1`).
+    """
+    return _keras_name_scope.current_path()
 
 
 @contextlib.contextmanager
@@ -154,3 +164,23 @@ def merge_calls_under_creator(creator: Any) -> Iterator[None]:
         yield
     finally:
         _distribute_lib.ReplicaContext.merge_call = original
+
+
+def resync_collective_keys(strategy: tf.distribute.Strategy) -> None:
+    """Brings every device's collective instance counter to the highest one.
+
+    `MirroredStrategy` numbers collective ops per device at trace time
+    (`cross_device_utils.CollectiveKeys._instance_key_table`, TF 2.21). A trace
+    that fails after some replicas traced an all-reduce leaves the counters
+    apart, and a later all-reduce then pairs different tensors ("Shape mismatch
+    in the collective instance"). Called after a failed execution.
+    """
+    keys = getattr(strategy.extended, "_collective_keys", None)
+    table = getattr(keys, "_instance_key_table", None)
+    if not table:
+        return
+    with keys._lock:
+        for group in table.values():
+            highest = max(group.values())
+            for device in group:
+                group[device] = highest

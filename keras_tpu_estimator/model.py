@@ -159,7 +159,15 @@ class EstimatorModel(keras.Model):
                 "`config` must be provided with type keras_tpu_estimator.RunConfig. "
                 f"Received: {type(config).__name__}"
             )
-        if strategy is None:
+        if not use_tpu:
+            if strategy is not None and strategy.num_replicas_in_sync > 1:
+                raise ValueError(
+                    "`use_tpu=False` runs on the default strategy with the global batch as "
+                    "params['batch_size']; it cannot use a strategy with "
+                    f"{strategy.num_replicas_in_sync} replicas. Pass `use_tpu=True`."
+                )
+            strategy = tf.distribute.get_strategy()
+        elif strategy is None:
             if tf.distribute.has_strategy():
                 strategy = tf.distribute.get_strategy()
             else:
@@ -510,7 +518,11 @@ class EstimatorModel(keras.Model):
 
     def _run_execution(self, function: Callable, iterator: Any, size: int) -> Any:
         start = time.perf_counter()
-        result = function(iterator, tf.constant(size, tf.int32))
+        try:
+            result = function(iterator, tf.constant(size, tf.int32))
+        except Exception:
+            _compat.resync_collective_keys(self._distribute_strategy)
+            raise
         steps = int(result.steps)
         if steps:
             self._seconds_per_step = (time.perf_counter() - start) / steps

@@ -145,6 +145,9 @@ class VariableStore:
     def _key(self, name: str | None) -> str:
         if name and name.endswith("/"):  # TF treats a trailing "/" as an absolute name
             return _REPLICA_PREFIX.sub("", name[:-1])
+        keras_path = _compat.keras_name_path()
+        if keras_path:
+            return f"{keras_path}/{name}"
         scope = tf.compat.v1.get_default_graph().get_name_scope()
         entry = getattr(self._local, "entry", None) or ""
         if entry and (scope == entry or scope.startswith(entry + "/")):
