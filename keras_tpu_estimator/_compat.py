@@ -11,7 +11,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import keras
 import tensorflow as tf

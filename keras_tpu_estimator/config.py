@@ -166,7 +166,7 @@ class TPUConfig:
         """`iterations_per_loop` parsed into a count or a number of seconds."""
         return parse_iterations_per_loop(self.iterations_per_loop)
 
-    def replace(self, **changes: Any) -> "TPUConfig":
+    def replace(self, **changes: Any) -> TPUConfig:
         """A copy with `changes` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 
@@ -249,7 +249,7 @@ class RunConfig:
                 f"{self.keep_checkpoint_max}"
             )
 
-    def replace(self, **changes: Any) -> "RunConfig":
+    def replace(self, **changes: Any) -> RunConfig:
         """A copy with `changes` applied (and validated)."""
         if "save_checkpoints_steps" in changes and "save_checkpoints_secs" not in changes:
             changes["save_checkpoints_secs"] = (

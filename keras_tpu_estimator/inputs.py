@@ -9,7 +9,8 @@ Batch arithmetic comes from `strategy.py`.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 

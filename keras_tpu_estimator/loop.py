@@ -17,7 +17,8 @@ What a step does, and when to stop, belong to `model.py`.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 

@@ -26,7 +26,8 @@ import copy
 import dataclasses
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -367,7 +368,7 @@ class EstimatorModel(keras.Model):
                 loss = tf.cast(spec.loss, tf.float32)
                 scaled = loss / self._distribute_strategy.num_replicas_in_sync
             gradients = tape.gradient(scaled, [v.value for v in variables])
-            self.optimizer.apply_gradients(zip(gradients, variables))
+            self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
             with tf.control_dependencies([tf.nest.flatten(gradients)[0]]):
                 step_variable.assign_add(1)
             return {"loss": loss}

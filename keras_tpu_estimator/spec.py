@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import collections
 import inspect
-from typing import Any, Callable, Mapping, Sequence, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -170,7 +171,7 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS))
         training_hooks: Sequence[keras.callbacks.Callback] | None = None,
         evaluation_hooks: Sequence[keras.callbacks.Callback] | None = None,
         prediction_hooks: Sequence[keras.callbacks.Callback] | None = None,
-    ) -> "TPUEstimatorSpec":
+    ) -> TPUEstimatorSpec:
         if mode not in _MODES:
             raise ValueError(f"`mode` must be one of {_MODES}. Received: mode={mode!r}")
         check_host_call("eval_metrics", eval_metrics)
@@ -234,7 +235,7 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIEL
         scaffold: Any = None,
         evaluation_hooks: Sequence[Any] | None = None,
         prediction_hooks: Sequence[Any] | None = None,
-    ) -> "EstimatorSpec":
+    ) -> EstimatorSpec:
         if mode not in _MODES:
             raise ValueError(f"`mode` must be one of {_MODES}. Received: mode={mode!r}")
         if training_chief_hooks:
@@ -258,7 +259,7 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIEL
         )
 
 
-AnySpec = Union[TPUEstimatorSpec, EstimatorSpec]
+AnySpec = TPUEstimatorSpec | EstimatorSpec
 
 
 def check_spec(spec: Any, mode: str, model_fn: ModelFn) -> AnySpec:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import keras
 import tensorflow as tf

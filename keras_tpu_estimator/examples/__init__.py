@@ -1,0 +1,1 @@
+"""Runnable examples: `python -m keras_tpu_estimator.examples.synthetic_mlp`."""

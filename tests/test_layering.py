@@ -1,0 +1,29 @@
+"""Imports flow down the module layers (STYLE.md); no module imports one above it."""
+
+import ast
+import pathlib
+
+LAYERS = {
+    "_compat": 0,
+    "spec": 1, "config": 1,
+    "strategy": 2, "variables": 2, "inputs": 2,
+    "loop": 3,
+    "model": 4,
+    "callbacks": 5,
+}
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_tpu_estimator"
+
+
+def test_no_module_imports_a_higher_layer():
+    for name, layer in LAYERS.items():
+        tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_tpu_estimator"):
+                targets = [node.module.split(".")[1]] if "." in node.module else [a.name for a in node.names]
+                for target in targets:
+                    assert LAYERS.get(target, -1) <= layer, f"{name} imports {target}"
+
+
+def test_every_module_is_placed_in_a_layer():
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert modules == set(LAYERS)
