@@ -166,22 +166,3 @@ def merge_calls_under_creator(creator: Any) -> Iterator[None]:
     finally:
         _distribute_lib.ReplicaContext.merge_call = original
 
-
-def resync_collective_keys(strategy: tf.distribute.Strategy) -> None:
-    """Brings every device's collective instance counter to the highest one.
-
-    `MirroredStrategy` numbers collective ops per device at trace time
-    (`cross_device_utils.CollectiveKeys._instance_key_table`, TF 2.21). A trace
-    that fails after some replicas traced an all-reduce leaves the counters
-    apart, and a later all-reduce then pairs different tensors ("Shape mismatch
-    in the collective instance"). Called after a failed execution.
-    """
-    keys = getattr(strategy.extended, "_collective_keys", None)
-    table = getattr(keys, "_instance_key_table", None)
-    if not table:
-        return
-    with keys._lock:
-        for group in table.values():
-            highest = max(group.values())
-            for device in group:
-                group[device] = highest

@@ -519,11 +519,7 @@ class EstimatorModel(keras.Model):
 
     def _run_execution(self, function: Callable, iterator: Any, size: int) -> Any:
         start = time.perf_counter()
-        try:
-            result = function(iterator, tf.constant(size, tf.int32))
-        except Exception:
-            _compat.resync_collective_keys(self._distribute_strategy)
-            raise
+        result = function(iterator, tf.constant(size, tf.int32))
         steps = int(result.steps)
         if steps:
             self._seconds_per_step = (time.perf_counter() - start) / steps

@@ -7,7 +7,6 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from tests import models
-from tests.conftest import mirrored_strategy
 
 
 def make_model(model_fn, strategy, params=None, k=4, seed=None, **kwargs):
@@ -48,7 +47,7 @@ def test_batch_size_in_params_is_global_over_replicas(strategy):
     assert isinstance(seen["config"], kte.RunConfig)
 
 
-def test_use_tpu_false_gives_the_global_batch_and_no_context():
+def test_use_tpu_false_gives_the_global_batch_and_no_context(mirrored):
     seen = {}
 
     def model_fn(features, labels, mode, params):
@@ -60,7 +59,7 @@ def test_use_tpu_false_gives_the_global_batch_and_no_context():
     assert seen["batch_size"] == 16 and seen["use_tpu"] is False
     assert "context" not in seen
     with pytest.raises(ValueError, match="`use_tpu=False` runs on the default strategy"):
-        make_model(model_fn, mirrored_strategy(), use_tpu=False)
+        make_model(model_fn, mirrored, use_tpu=False)
 
 
 def test_model_fn_cannot_change_params_for_later_calls(strategy):
@@ -178,12 +177,20 @@ def _trained_weights(model_fn, strategy, params=None, steps=40, **kwargs):
         (models.get_variable_mlp, {"optimizer": "sgd"}, {}),
         (models.get_variable_mlp, {"optimizer": "adam"}, {}),
         (models.keras_layers_model, {"tf1_adam": True}, {}),
+        (models.get_variable_mlp, {"optimizer": "keras"}, {"optimizer": "sgd"}),
+        (models.keras_layers_model, {"tf1_adam": False}, {"optimizer": "adam"}),
     ],
-    ids=["get_variable+tf1_sgd", "get_variable+tf1_adam", "keras_layers+tf1_adam"],
+    ids=["get_variable+tf1_sgd", "get_variable+tf1_adam", "keras_layers+tf1_adam",
+         "get_variable+keras_sgd", "keras_layers+keras_adam"],
 )
-def test_learns_and_matches_on_one_and_four_replicas(model_fn, params, kwargs):
+def test_learns_and_matches_on_one_and_four_replicas(model_fn, params, kwargs, mirrored):
+    kwargs = dict(kwargs)
+    if kwargs.get("optimizer") == "sgd":
+        kwargs["optimizer"] = keras.optimizers.SGD(0.05)
+    elif kwargs.get("optimizer") == "adam":
+        kwargs["optimizer"] = keras.optimizers.Adam(0.01)
     _, first, last, one = _trained_weights(model_fn, tf.distribute.get_strategy(), params, **kwargs)
-    model, _, _, four = _trained_weights(model_fn, mirrored_strategy(), params, **kwargs)
+    model, _, _, four = _trained_weights(model_fn, mirrored, params, **kwargs)
     assert last < 0.5 * first
     assert one.keys() == four.keys()
     for name in one:
@@ -261,41 +268,6 @@ def test_predict_returns_the_predictions_dict_in_input_order(strategy):
     assert set(predictions) == {"y", "id"}
     assert predictions["y"].shape == (64, 1)
     np.testing.assert_array_equal(predictions["id"], np.arange(64))
-
-
-KERAS_OPTIMIZER_PARITY = """
-import keras, sys
-sys.path.insert(0, {root!r})
-from tests import conftest, models, test_model
-import tensorflow as tf, numpy as np
-for model_fn, params, make in [
-    (models.get_variable_mlp, {{"optimizer": "keras"}}, lambda: keras.optimizers.SGD(0.05)),
-    (models.keras_layers_model, {{"tf1_adam": False}}, lambda: keras.optimizers.Adam(0.01)),
-]:
-    _, first, last, one = test_model._trained_weights(model_fn, tf.distribute.get_strategy(), params, optimizer=make())
-    model, _, _, four = test_model._trained_weights(model_fn, conftest.mirrored_strategy(), params, optimizer=make())
-    assert last < 0.5 * first, (first, last)
-    for name in one:
-        np.testing.assert_allclose(one[name], four[name], atol=1e-5, err_msg=name)
-    test_model.assert_replicas_equal(model)
-print("PARITY OK")
-"""
-
-
-def test_keras_optimizer_learns_and_matches_on_one_and_four_replicas():
-    # Own process: Keras 3 optimizers allocate MirroredStrategy collective keys at
-    # run time, and a later model in the same process can pair with them
-    # ("Shape mismatch in the collective instance"); see README limitations.
-    import pathlib
-    import subprocess
-    import sys
-
-    root = str(pathlib.Path(__file__).resolve().parents[1])
-    result = subprocess.run(
-        [sys.executable, "-c", KERAS_OPTIMIZER_PARITY.format(root=root)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0 and "PARITY OK" in result.stdout, result.stderr[-3000:]
 
 
 # ------------------------------------------------------------------ Keras ecosystem
