@@ -448,8 +448,8 @@ class EstimatorModel(keras.Model):
         """
         strategy = self._distribute_strategy
         global_batch = batch_size or self._settings.batch_sizes[mode]
-        if isinstance(x, (np.ndarray, dict)) or (
-            isinstance(x, tuple) and all(isinstance(a, np.ndarray) for a in x)
+        if not isinstance(x, tf.data.Dataset) and not callable(x) and tf.nest.flatten(x) and all(
+            isinstance(a, np.ndarray) for a in tf.nest.flatten(x)
         ):
             if global_batch is None:
                 raise ValueError(f"Pass `batch_size` (or `{_BATCH_ARG[mode]}`) with array input.")
@@ -503,7 +503,7 @@ class EstimatorModel(keras.Model):
         return dataset
 
     # --------------------------------------------------------------- driver
-    def _execution_size(self, limit: int | None) -> int:
+    def _execution_size(self, limit: int | None, training: bool = True) -> int:
         loop = self._iterations_per_loop
         if loop.unit == "count":
             size = loop.value
@@ -513,9 +513,35 @@ class EstimatorModel(keras.Model):
             size = max(1, int(loop.value / max(self._seconds_per_step, 1e-9)))
         if limit is not None:
             size = min(size, limit)
-        if self.stop_at_step is not None:
+        if training and self.stop_at_step is not None:
             size = min(size, self.stop_at_step - self.global_step)
         return size
+
+    def _run_to_end(
+        self,
+        function: Callable,
+        iterator: Any,
+        steps: int | None,
+        on_begin: Callable[[int], None],
+        on_end: Callable[[int, float, Any], None],
+    ) -> int:
+        """Runs executions until `steps` steps or the end of the input; returns the steps run.
+
+        `on_begin(step)` runs before each execution, `on_end(last_step,
+        mean_loss_so_far, outputs)` after each one that ran a step.
+        """
+        done, loss_sum = 0, 0.0
+        while steps is None or done < steps:
+            size = self._execution_size(None if steps is None else steps - done, training=False)
+            on_begin(done)
+            count, execution_loss, outputs = self._run_execution(function, iterator, size)
+            if count:
+                done += count
+                loss_sum += execution_loss
+                on_end(done - 1, loss_sum / done, outputs)
+            if count < size:
+                break
+        return done
 
     def _run_execution(self, function: Callable, iterator: Any, size: int) -> Any:
         start = time.perf_counter()
@@ -657,21 +683,14 @@ class EstimatorModel(keras.Model):
         callbacks = keras.callbacks.CallbackList(
             callbacks, add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
         )
-        iterator = iter(dataset)
+        logs: dict = {}
+
+        def on_end(step: int, mean_loss: float, outputs: Any) -> None:
+            logs["loss"] = mean_loss
+            callbacks.on_test_batch_end(step, dict(logs))
+
         callbacks.on_test_begin()
-        done, loss_sum, logs = 0, 0.0, {}
-        while steps is None or done < steps:
-            size = self._iterations_per_loop.value if self._iterations_per_loop.unit == "count" else 1
-            size = size if steps is None else min(size, steps - done)
-            callbacks.on_test_batch_begin(done)
-            count, execution_loss, _ = self._run_execution(function, iterator, size)
-            if count:
-                done += count
-                loss_sum += execution_loss
-                logs = {"loss": loss_sum / done}
-                callbacks.on_test_batch_end(done - 1, logs)
-            if count < size:
-                break
+        done = self._run_to_end(function, iter(dataset), steps, callbacks.on_test_batch_begin, on_end)
         if done == 0:
             raise ValueError("evaluate() ran no steps: the input is empty.")
         callbacks.on_test_end(logs)
@@ -702,21 +721,14 @@ class EstimatorModel(keras.Model):
         callbacks = keras.callbacks.CallbackList(
             callbacks, add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
         )
-        iterator = iter(dataset)
+        chunks: list = []
+
+        def on_end(step: int, mean_loss: float, outputs: Any) -> None:
+            chunks.append(tf.nest.map_structure(lambda t: t.numpy(), outputs))
+            callbacks.on_predict_batch_end(step, {"outputs": chunks[-1]})
+
         callbacks.on_predict_begin()
-        done, chunks = 0, []
-        while steps is None or done < steps:
-            size = self._iterations_per_loop.value if self._iterations_per_loop.unit == "count" else 1
-            size = size if steps is None else min(size, steps - done)
-            callbacks.on_predict_batch_begin(done)
-            count, _, outputs = self._run_execution(function, iterator, size)
-            if count:
-                done += count
-                chunk = tf.nest.map_structure(lambda t: t.numpy(), outputs)
-                chunks.append(chunk)
-                callbacks.on_predict_batch_end(done - 1, {"outputs": chunk})
-            if count < size:
-                break
+        self._run_to_end(function, iter(dataset), steps, callbacks.on_predict_batch_begin, on_end)
         callbacks.on_predict_end()
         if not chunks:
             return tf.nest.map_structure(
@@ -726,7 +738,11 @@ class EstimatorModel(keras.Model):
         return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *chunks)
 
     def call(self, inputs: Any, training: bool = False) -> Any:
-        """Runs `model_fn` in PREDICT mode on one batch of features (no strategy)."""
+        """Not supported: `model_fn` runs only inside the model's device loop.
+
+        Raises:
+            NotImplementedError: always; use `predict`.
+        """
         raise NotImplementedError(
             "Call `model.predict(input)` instead: EstimatorModel runs model_fn only "
             "inside its own device loop."

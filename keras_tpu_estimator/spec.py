@@ -47,6 +47,11 @@ class ModeKeys:
 _MODES = (ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.PREDICT)
 
 
+def _check_mode(mode: Any) -> None:
+    if mode not in _MODES:
+        raise ValueError(f"`mode` must be one of {_MODES}. Received: mode={mode!r}")
+
+
 def check_host_call(name: str, host_call: Any) -> None:
     """Validates a `(fn, tensors)` pair as TPUEstimator did.
 
@@ -172,8 +177,7 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS))
         evaluation_hooks: Sequence[keras.callbacks.Callback] | None = None,
         prediction_hooks: Sequence[keras.callbacks.Callback] | None = None,
     ) -> TPUEstimatorSpec:
-        if mode not in _MODES:
-            raise ValueError(f"`mode` must be one of {_MODES}. Received: mode={mode!r}")
+        _check_mode(mode)
         check_host_call("eval_metrics", eval_metrics)
         check_host_call("host_call", host_call)
         if scaffold_fn is not None and not callable(scaffold_fn):
@@ -236,8 +240,7 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIEL
         evaluation_hooks: Sequence[Any] | None = None,
         prediction_hooks: Sequence[Any] | None = None,
     ) -> EstimatorSpec:
-        if mode not in _MODES:
-            raise ValueError(f"`mode` must be one of {_MODES}. Received: mode={mode!r}")
+        _check_mode(mode)
         if training_chief_hooks:
             raise ValueError(
                 "training_chief_hooks returned by EstimatorSpec is not supported. "

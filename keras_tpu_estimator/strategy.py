@@ -43,6 +43,8 @@ def resolve_strategy(
     `MirroredStrategy` over the visible GPUs when there are two or more, else
     the default strategy. The result is cached per process: two
     `MirroredStrategy` objects in one process collide on collective keys.
+    An explicit `master` that does not answer blocks in
+    `initialize_tpu_system`, as it did under TPUEstimator.
 
     Example:
 

@@ -289,3 +289,22 @@ def test_stock_keras_callbacks_work(strategy, tmp_path):
     assert lines[0].split(",") == ["epoch", "loss", "val_loss"]
     assert len(lines) == 3
     assert model.global_step == 8
+
+
+def test_validation_inside_fit_is_not_cut_by_stop_at_step(strategy):
+    # With 0 steps left to train, a validation sized by stop_at_step would run
+    # no step and raise "ran no steps".
+    model = make_model(models.get_variable_mlp, strategy)
+    history = model.fit(models.input_fn, validation_data=models.input_fn, validation_steps=6,
+                        callbacks=[kte.StopAtStep(steps=8)], verbose=0)
+    assert model.global_step == 8
+    assert np.isfinite(history.history["val_loss"][0])
+
+
+def test_evaluate_on_empty_input_is_an_error(strategy):
+    def empty_input_fn(params):
+        return models.input_fn(params).take(0)
+
+    model = make_model(models.get_variable_mlp, strategy)
+    with pytest.raises(ValueError, match="evaluate\\(\\) ran no steps: the input is empty"):
+        model.evaluate(empty_input_fn, verbose=0)

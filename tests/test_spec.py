@@ -1,0 +1,80 @@
+"""TPUEstimatorSpec / EstimatorSpec construction and the seed's validation rules."""
+
+import keras
+import pytest
+import tensorflow as tf
+
+import keras_tpu_estimator as kte
+from keras_tpu_estimator.spec import check_spec
+
+T = tf.constant([1.0, 2.0])
+
+
+def test_spec_has_every_seed_field_with_defaults():
+    spec = kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, loss=tf.constant(1.0))
+    assert spec._fields == (
+        "mode", "predictions", "loss", "train_op", "eval_metrics", "export_outputs",
+        "scaffold_fn", "host_call", "training_hooks", "evaluation_hooks", "prediction_hooks",
+    )
+    assert spec.training_hooks == () and spec.host_call is None
+
+
+@pytest.mark.parametrize(
+    "host_call, error, message",
+    [
+        (lambda t: t, ValueError, "host_call should be tuple or list"),
+        ((lambda t: t,), ValueError, "host_call should have two elements"),
+        ((1, [T]), TypeError, r"host_call\[0\] should be callable"),
+        ((lambda t: t, T), ValueError, r"host_call\[1\] should be tuple or list, or dict"),
+        ((lambda a, b: a, [T]), RuntimeError, "length of tensors 1 does not match method args of the function, which takes 2"),
+    ],
+)
+def test_host_call_validation_follows_the_seed(host_call, error, message):
+    with pytest.raises(error, match=message):
+        kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, host_call=host_call)
+    with pytest.raises(error, match=message.replace("host_call", "eval_metrics")):
+        kte.TPUEstimatorSpec(kte.ModeKeys.EVAL, eval_metrics=host_call)
+
+
+def test_varargs_and_dict_host_calls_are_accepted():
+    kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, host_call=(lambda *a: a, [T, T, T]))
+    kte.TPUEstimatorSpec(kte.ModeKeys.EVAL, eval_metrics=(lambda a, b: a, {"a": T, "b": T}))
+
+
+def test_session_run_hooks_get_a_porting_hint():
+    with pytest.raises(TypeError, match="Write it as a `keras.callbacks.Callback`"):
+        kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, training_hooks=[tf.compat.v1.train.SessionRunHook()])
+    with pytest.raises(TypeError, match="must be `keras.callbacks.Callback` instances"):
+        kte.TPUEstimatorSpec(kte.ModeKeys.EVAL, evaluation_hooks=[object()])
+    spec = kte.TPUEstimatorSpec(kte.ModeKeys.PREDICT, prediction_hooks=[keras.callbacks.History()])
+    assert len(spec.prediction_hooks) == 1
+
+
+def test_bad_mode_and_scaffold_fn_are_rejected():
+    with pytest.raises(ValueError, match="`mode` must be one of"):
+        kte.TPUEstimatorSpec("predict")
+    with pytest.raises(TypeError, match="`scaffold_fn` must be callable"):
+        kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, scaffold_fn=3)
+
+
+def test_estimator_spec_rejects_chief_hooks():
+    with pytest.raises(ValueError, match="training_chief_hooks returned by EstimatorSpec is not supported"):
+        kte.EstimatorSpec(kte.ModeKeys.TRAIN, training_chief_hooks=[keras.callbacks.History()])
+
+
+def model_fn():
+    pass
+
+
+@pytest.mark.parametrize(
+    "spec, mode, error, message",
+    [
+        ({"loss": 1}, "train", TypeError, r"model_fn` \(model_fn\) must return a TPUEstimatorSpec"),
+        (kte.TPUEstimatorSpec("train"), "train", ValueError, "without `loss` in mode 'train'"),
+        (kte.TPUEstimatorSpec("eval", loss=T), "eval", ValueError, "non-scalar loss"),
+        (kte.TPUEstimatorSpec("infer"), "infer", ValueError, "without `predictions`"),
+    ],
+)
+def test_check_spec_names_the_problem(spec, mode, error, message):
+    with pytest.raises(error, match=message):
+        check_spec(spec, mode, model_fn)
