@@ -7,11 +7,16 @@ import keras_tpu_estimator as kte
 
 model = kte.EstimatorModel(model_fn, params={}, train_batch_size=64)
 model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1000)])
+
+estimator = kte.TPUEstimator(model_fn, config=kte.RunConfig(model_dir="/tmp/m"),
+                             train_batch_size=64)
+estimator.train(input_fn, max_steps=1000)
 ```
 """
 
 from keras_tpu_estimator import _compat
-from keras_tpu_estimator.callbacks import StopAtStep
+from keras_tpu_estimator.callbacks import CheckpointSaver, StepLogger, StepSummaries, StopAtStep
+from keras_tpu_estimator.checkpoints import WarmStartSettings
 from keras_tpu_estimator.config import (
     InputPipelineConfig,
     IterationsPerLoop,
@@ -19,6 +24,7 @@ from keras_tpu_estimator.config import (
     TPUConfig,
     parse_iterations_per_loop,
 )
+from keras_tpu_estimator.estimator import ExportSavedModelApiVersion, TPUEstimator
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
 from keras_tpu_estimator.strategy import TPUContext, resolve_strategy
@@ -29,17 +35,23 @@ _compat.check_versions()
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointSaver",
     "EstimatorModel",
     "EstimatorSpec",
+    "ExportSavedModelApiVersion",
     "InputPipelineConfig",
     "IterationsPerLoop",
     "ModeKeys",
     "NewVariableAfterBuildError",
     "RunConfig",
+    "StepLogger",
+    "StepSummaries",
     "StopAtStep",
     "TPUConfig",
     "TPUContext",
+    "TPUEstimator",
     "TPUEstimatorSpec",
+    "WarmStartSettings",
     "parse_iterations_per_loop",
     "resolve_strategy",
 ]

@@ -166,3 +166,24 @@ def merge_calls_under_creator(creator: Any) -> Iterator[None]:
     finally:
         _distribute_lib.ReplicaContext.merge_call = original
 
+
+
+@contextlib.contextmanager
+def recording_init_from_checkpoint(calls: list) -> Iterator[None]:
+    """Records `tf.compat.v1.train.init_from_checkpoint(ckpt, map)` calls instead of running them.
+
+    Inside a build graph, TF1's version would set graph initializers on eager
+    variables (no effect); the model replays the calls eagerly after the build.
+    Patches the `tf.compat.v1.train` module attribute while active.
+    """
+    module = tf.compat.v1.train
+    original = module.init_from_checkpoint
+
+    def record(ckpt_dir_or_file: str, assignment_map: Any) -> None:
+        calls.append((ckpt_dir_or_file, dict(assignment_map)))
+
+    module.init_from_checkpoint = record
+    try:
+        yield
+    finally:
+        module.init_from_checkpoint = original

@@ -1,5 +1,9 @@
 """Keras callbacks that replace TPUEstimator's session hooks.
 
+`CheckpointSaver`, `StepSummaries` and `StepLogger` replace the saver,
+summary, step-counter and logging hooks; each acts only at execution
+boundaries and reads the true global step from the model.
+
 `StopAtStep` is `_TPUStopAtStepHook`: it ends training at an exact global
 step. It does so through the model's public `stop_at_step` attribute, which
 `EstimatorModel` reads before every execution to size it as
@@ -8,9 +12,16 @@ step. It does so through the model's public `stop_at_step` attribute, which
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import keras
+import tensorflow as tf
+
+from keras_tpu_estimator.checkpoints import CheckpointKeeper
+
+_log = logging.getLogger("keras_tpu_estimator")
 
 
 def _check_steps(name: str, value: Any) -> None:
@@ -67,3 +78,154 @@ class StopAtStep(keras.callbacks.Callback):
 
     def on_train_end(self, logs: dict | None = None) -> None:
         self.model.stop_at_step = None
+
+
+class CheckpointSaver(keras.callbacks.Callback):
+    """Saves TF1-named checkpoints in `model_dir` at execution boundaries, and at the end.
+
+    A save happens after an execution once `save_steps` steps or `save_secs`
+    seconds have passed since the last one (so, like TPUEstimator's saver,
+    only on execution boundaries), and always when training ends.
+
+    Args:
+        model_dir: Where `model.ckpt-<step>` files go.
+        save_steps, save_secs: Frequency; at most one may be set.
+        max_to_keep: `keep_checkpoint_max`.
+        keep_checkpoint_every_n_hours: Also keep one checkpoint per this many hours.
+
+    Example:
+
+    ```python
+    model.fit(input_fn, callbacks=[StopAtStep(steps=20), CheckpointSaver("/tmp/m", save_steps=5)])
+    ```
+    """
+
+    def __init__(
+        self,
+        model_dir: str,
+        save_steps: int | None = None,
+        save_secs: float | None = None,
+        max_to_keep: int | None = 5,
+        keep_checkpoint_every_n_hours: float | None = None,
+    ):
+        super().__init__()
+        if save_steps is not None and save_secs is not None:
+            raise ValueError("Only one of `save_steps` and `save_secs` can be set.")
+        _check_steps("save_steps", save_steps)
+        self.model_dir = model_dir
+        self.save_steps = save_steps
+        self.save_secs = save_secs
+        self.max_to_keep = max_to_keep
+        self.keep_checkpoint_every_n_hours = keep_checkpoint_every_n_hours
+        self.saved_steps: list[int] = []
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._keeper = CheckpointKeeper(
+            self.model_dir,
+            self.model.checkpoint_variables,
+            self.max_to_keep,
+            self.keep_checkpoint_every_n_hours,
+        )
+        self._last_step = self.model.global_step
+        self._last_time = time.monotonic()
+        self.saved_steps = []
+
+    def _save(self) -> None:
+        step = self.model.global_step
+        self._keeper.save(step)
+        self.saved_steps.append(step)
+        self._last_step, self._last_time = step, time.monotonic()
+        _log.info("Saved checkpoint for step %d into %s.", step, self._keeper.latest)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        step = self.model.global_step
+        if self.save_steps and step - self._last_step >= self.save_steps:
+            self._save()
+        elif self.save_secs and time.monotonic() - self._last_time >= self.save_secs:
+            self._save()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self.model.global_step != self._last_step or not tf.train.latest_checkpoint(self.model_dir):
+            self._save()
+
+
+class StepSummaries(keras.callbacks.Callback):
+    """Writes `loss`, `global_step/sec` and `examples/sec` to TensorBoard at the true global step.
+
+    Written at the first execution boundary at least `every_n_steps` steps after
+    the previous write. `loss` is the mean loss of the last execution;
+    `examples/sec` is `global_batch_size * global_step/sec`.
+
+    Args:
+        logdir: Event file directory (TPUEstimator used `model_dir`).
+        every_n_steps: `save_summary_steps`.
+        global_batch_size: Rows per step over all replicas; taken from the
+            model (`global_batch_size`) when None.
+
+    Example:
+
+    ```python
+    model.fit(input_fn, callbacks=[StopAtStep(steps=100), StepSummaries("/tmp/m", 10)])
+    ```
+    """
+
+    def __init__(self, logdir: str, every_n_steps: int = 100, global_batch_size: int | None = None):
+        super().__init__()
+        _check_steps("every_n_steps", every_n_steps)
+        self.logdir = logdir
+        self.every_n_steps = every_n_steps
+        self.global_batch_size = global_batch_size
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._writer = tf.summary.create_file_writer(self.logdir)
+        self._last_step = self.model.global_step
+        self._last_time = time.monotonic()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        step = self.model.global_step
+        if step - self._last_step < self.every_n_steps:
+            return
+        now = time.monotonic()
+        steps_per_sec = (step - self._last_step) / max(now - self._last_time, 1e-9)
+        batch_size = self.global_batch_size or self.model.global_batch_size or 0
+        with self._writer.as_default(step=step):
+            tf.summary.scalar("loss", self.model.last_execution_loss)
+            tf.summary.scalar("global_step/sec", steps_per_sec)
+            tf.summary.scalar("examples/sec", steps_per_sec * batch_size)
+        self._last_step, self._last_time = step, now
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        self._writer.flush()
+        self._writer.close()
+
+
+class StepLogger(keras.callbacks.Callback):
+    """Logs `loss = ..., step = ...` and `global_step/sec` every `every_n_steps` steps.
+
+    Lines are logged at the first execution boundary at least `every_n_steps`
+    after the previous line (TPUEstimator logged every
+    `ceil(log_step_count_steps / iterations_per_loop)` executions: the same steps).
+
+    Example:
+
+    ```python
+    model.fit(input_fn, callbacks=[StopAtStep(steps=1000), StepLogger(100)])
+    ```
+    """
+
+    def __init__(self, every_n_steps: int = 100):
+        super().__init__()
+        _check_steps("every_n_steps", every_n_steps)
+        self.every_n_steps = every_n_steps
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._last_step = self.model.global_step
+        self._last_time = time.monotonic()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        step = self.model.global_step
+        if step - self._last_step >= self.every_n_steps:
+            now = time.monotonic()
+            rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
+            _log.info("loss = %g, step = %d (%.3f global_step/sec)", self.model.last_execution_loss, step, rate)
+            self._last_step, self._last_time = step, now

@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.inputs import (
     call_input_fn,
@@ -49,6 +50,7 @@ from keras_tpu_estimator.spec import (
     InputFn,
     ModeKeys,
     ModelFn,
+    TPUEstimatorSpec,
     check_spec,
 )
 from keras_tpu_estimator.strategy import TPUContext, per_replica_batch_size, resolve_strategy
@@ -74,6 +76,7 @@ class _Settings:
     batch_sizes: dict
     global_batch: dict = dataclasses.field(default_factory=dict)
     output_specs: dict = dataclasses.field(default_factory=dict)
+    spec_hooks: dict = dataclasses.field(default_factory=dict)
     uses_keras_optimizer: bool = False
 
 
@@ -200,6 +203,7 @@ class EstimatorModel(keras.Model):
             keras.utils.set_random_seed(config.tf_random_seed)
         self._store = VariableStore(self, strategy)
         self.stop_at_step: int | None = None
+        self.last_execution_loss: float | None = None
         self._seconds_per_step: float | None = None
         self.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
 
@@ -233,6 +237,23 @@ class EstimatorModel(keras.Model):
     def variables_by_name(self) -> dict[str, keras.Variable]:
         """`{TF1 name: variable}` for every variable `model_fn` created."""
         return self._store.variables_by_name
+
+    @property
+    def checkpoint_variables(self) -> dict[str, keras.Variable]:
+        """What a checkpoint holds: `variables_by_name` plus the Keras optimizer's variables.
+
+        The optimizer's are named `keras_optimizer/<path>`.
+        """
+        variables = self._store.variables_by_name
+        if self._settings.uses_keras_optimizer and self.optimizer is not None:
+            for variable in self.optimizer.variables:
+                variables[f"keras_optimizer/{variable.path}"] = variable
+        return variables
+
+    @property
+    def global_batch_size(self) -> int | None:
+        """The global training batch size, once known."""
+        return self._settings.global_batch.get(ModeKeys.TRAIN) or self._settings.batch_sizes[ModeKeys.TRAIN]
 
     @property
     def _num_replicas(self) -> int:
@@ -332,15 +353,34 @@ class EstimatorModel(keras.Model):
                             f"The {name} to the model returned by input_fn must have static "
                             f"shape. Tensor: {tensor_spec}. Batch with drop_remainder=True."
                         )
-        with self._store.creating(), _compat.default_replica_graph(f"build_{mode}"):
+        init_calls: list = []
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self._store.creating())
+            stack.enter_context(_compat.default_replica_graph(f"build_{mode}"))
+            stack.enter_context(_compat.recording_init_from_checkpoint(init_calls))
             features = placeholders(features_spec)
             labels = None if labels_spec is None else placeholders(labels_spec)
             spec = self.call_model_fn(features, labels, mode)
+            if isinstance(spec, TPUEstimatorSpec) and spec.scaffold_fn is not None:
+                with self._store.scope():
+                    if spec.scaffold_fn() is None:
+                        raise ValueError(
+                            "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
+                            "Return `tf.compat.v1.train.Scaffold()`."
+                        )
             output_spec = None
             if mode == ModeKeys.PREDICT:
                 output_spec = tf.nest.map_structure(
                     lambda t: tf.TensorSpec(t.shape, t.dtype), spec.predictions
                 )
+        hooks = {
+            ModeKeys.TRAIN: "training_hooks",
+            ModeKeys.EVAL: "evaluation_hooks",
+            ModeKeys.PREDICT: "prediction_hooks",
+        }[mode]
+        self._settings.spec_hooks[mode] = list(getattr(spec, hooks))
+        for ckpt, assignment_map in init_calls:
+            init_from_checkpoint(self._store.variables_by_name, ckpt, assignment_map)
         if mode == ModeKeys.TRAIN:
             self._settings.uses_keras_optimizer = spec.train_op is None
             if spec.train_op is None:
@@ -547,9 +587,11 @@ class EstimatorModel(keras.Model):
         start = time.perf_counter()
         result = function(iterator, tf.constant(size, tf.int32))
         steps = int(result.steps)
+        loss_sum = float(result.loss_sum)
         if steps:
             self._seconds_per_step = (time.perf_counter() - start) / steps
-        return steps, float(result.loss_sum), result.outputs
+            self.last_execution_loss = loss_sum / steps
+        return steps, loss_sum, result.outputs
 
     def fit(
         self,
@@ -596,7 +638,7 @@ class EstimatorModel(keras.Model):
         dataset = self.distribute_input(x, ModeKeys.TRAIN, batch_size)
         function = self.make_train_function()
         callbacks = keras.callbacks.CallbackList(
-            callbacks,
+            list(callbacks or []) + self._settings.spec_hooks[ModeKeys.TRAIN],
             add_history=True,
             add_progbar=verbose != 0,
             verbose=verbose,
@@ -681,7 +723,7 @@ class EstimatorModel(keras.Model):
         dataset = self.distribute_input(x, ModeKeys.EVAL, batch_size)
         function = self.make_test_function()
         callbacks = keras.callbacks.CallbackList(
-            callbacks, add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
+            list(callbacks or []) + self._settings.spec_hooks[ModeKeys.EVAL], add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
         )
         logs: dict = {}
 
@@ -719,7 +761,7 @@ class EstimatorModel(keras.Model):
         dataset = self.distribute_input(x, ModeKeys.PREDICT, batch_size)
         function = self.make_predict_function()
         callbacks = keras.callbacks.CallbackList(
-            callbacks, add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
+            list(callbacks or []) + self._settings.spec_hooks[ModeKeys.PREDICT], add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
         )
         chunks: list = []
 

@@ -64,3 +64,17 @@ def keras_layers_model(features, labels, mode, params):
     loss = None if labels is None else tf.reduce_mean(tf.square(output - labels))
     optimizer = tf.compat.v1.train.AdamOptimizer(0.01) if params.get("tf1_adam", True) else None
     return _spec(mode, {"y": output}, loss, optimizer)
+
+
+class ExecutionRecorder(keras.callbacks.Callback):
+    """Records the global step at each execution boundary; `sizes` are the differences."""
+
+    def on_train_begin(self, logs=None):
+        self.steps = [self.model.global_step]
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps.append(self.model.global_step)
+
+    @property
+    def sizes(self):
+        return [int(x) for x in np.diff(self.steps)]

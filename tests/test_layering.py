@@ -6,10 +6,11 @@ import pathlib
 LAYERS = {
     "_compat": 0,
     "spec": 1, "config": 1,
-    "strategy": 2, "variables": 2, "inputs": 2,
+    "strategy": 2, "variables": 2, "inputs": 2, "checkpoints": 2,
     "loop": 3,
     "model": 4,
     "callbacks": 5,
+    "estimator": 6,
 }
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_tpu_estimator"
 

@@ -1,25 +1,11 @@
 """The device loop: exact execution sizes, exact input consumption, no retrace on the tail."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-
-
-class ExecutionRecorder(keras.callbacks.Callback):
-    """Records the global step at each execution boundary; sizes are the differences."""
-
-    def on_train_begin(self, logs=None):
-        self.steps = [self.model.global_step]
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.steps.append(self.model.global_step)
-
-    @property
-    def sizes(self):
-        return list(np.diff(self.steps))
+from tests import models
 
 
 def counting_model_fn(features, labels, mode, params):
@@ -52,7 +38,7 @@ def make_model(strategy, k, model_fn=counting_model_fn):
 
 
 def fit(model, **stop):
-    recorder = ExecutionRecorder()
+    recorder = models.ExecutionRecorder()
     model.fit(id_input_fn, callbacks=[kte.StopAtStep(**stop), recorder], verbose=0)
     return recorder.sizes
 
@@ -109,7 +95,7 @@ def test_steps_per_epoch_is_exact_where_stock_keras_rounds_up(strategy):
     # Keras 3.15 runs 12 steps for steps_per_epoch=10, steps_per_execution=4, and
     # its multi-step function fails under MirroredStrategy (keras-team/keras#19246).
     model = make_model(strategy, 4)
-    recorder = ExecutionRecorder()
+    recorder = models.ExecutionRecorder()
     model.fit(id_input_fn, epochs=2, steps_per_epoch=10, callbacks=[recorder], verbose=0)
     assert recorder.sizes == [4, 4, 2, 4, 4, 2]
     assert model.global_step == 20
@@ -121,7 +107,7 @@ def test_finite_input_ends_the_epoch_without_a_stop_callback(strategy):
         return id_input_fn(params).take(6 * params["context"].num_replicas)
 
     model = make_model(strategy, 4)
-    recorder = ExecutionRecorder()
+    recorder = models.ExecutionRecorder()
     model.fit(short_input_fn, epochs=2, callbacks=[recorder], verbose=0)
     assert recorder.sizes == [4, 2, 4, 2]
 

@@ -1,0 +1,373 @@
+"""`TPUEstimator`: the old signatures, translated into `EstimatorModel` calls with callbacks.
+
+The facade owns `model_dir` and the seed's argument checks; it holds no
+training logic. Each `train`, `evaluate` or `predict` call builds a fresh
+`EstimatorModel` (as each Estimator call built a fresh graph), restores the
+latest checkpoint (or warm-starts), and runs `fit` / `evaluate` / `predict`
+with `StopAtStep`, `CheckpointSaver`, `StepSummaries` and `StepLogger`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu_estimator.callbacks import CheckpointSaver, StepLogger, StepSummaries, StopAtStep
+from keras_tpu_estimator.checkpoints import (
+    WarmStartSettings,
+    as_warm_start_settings,
+    checkpoint_step,
+    resolve_checkpoint_path,
+    restore_checkpoint,
+)
+from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.model import EstimatorModel, check_params
+from keras_tpu_estimator.spec import InputFn, ModelFn, check_hooks
+from keras_tpu_estimator.strategy import per_replica_batch_size
+
+_log = logging.getLogger("keras_tpu_estimator")
+
+
+class ExportSavedModelApiVersion(enum.Enum):
+    """How the TPU MetaGraph is exported (see `TPUEstimator.export_saved_model`)."""
+
+    V1 = 1
+    V2 = 2
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+class TPUEstimator:
+    """Drop-in `tf.estimator.tpu.TPUEstimator` on Keras 3: same constructor, same methods.
+
+    Args:
+        model_fn: `model_fn(features, labels, mode, params, config)` returning a spec.
+        model_dir: Checkpoint and summary directory; a temporary directory when
+            neither it nor `config.model_dir` is set. If both are set they must match.
+        config: `RunConfig` (required, as in TPUEstimator).
+        params: Dict passed to `model_fn` and `input_fn`.
+        use_tpu: Run on the strategy path (TPU, else GPUs, else CPU), with
+            per-replica batches; `False` runs on the default strategy with global batches.
+        train_batch_size, eval_batch_size, predict_batch_size: Global batch sizes.
+        batch_axis: Accepted and ignored (tf.distribute splits along axis 0).
+        eval_on_tpu: `False` evaluates with `use_tpu=False`.
+        export_to_tpu, export_to_cpu, export_saved_model_api_version: Export options.
+        warm_start_from: A checkpoint path or `WarmStartSettings`.
+        embedding_config_spec: Not supported; must be None.
+
+    Example:
+
+    ```python
+    estimator = TPUEstimator(model_fn, config=RunConfig(model_dir="/tmp/m"),
+                             train_batch_size=64, eval_batch_size=64)
+    estimator.train(input_fn, max_steps=1000)
+    estimator.evaluate(input_fn, steps=10)   # {"loss": ..., "global_step": 1000}
+    ```
+
+    Differences from TPUEstimator: `hooks` are Keras callbacks; the reported
+    loss averages over replicas; `config.log_step_count_steps` is left as given.
+    """
+
+    def __init__(
+        self,
+        model_fn: ModelFn | None = None,
+        model_dir: str | None = None,
+        config: RunConfig | None = None,
+        params: dict | None = None,
+        use_tpu: bool = True,
+        train_batch_size: int | None = None,
+        eval_batch_size: int | None = None,
+        predict_batch_size: int | None = None,
+        batch_axis: Any = None,
+        eval_on_tpu: bool = True,
+        export_to_tpu: bool = True,
+        export_to_cpu: bool = True,
+        warm_start_from: str | WarmStartSettings | None = None,
+        embedding_config_spec: Any = None,
+        export_saved_model_api_version: ExportSavedModelApiVersion | int = ExportSavedModelApiVersion.V1,
+    ):
+        if not isinstance(config, RunConfig):
+            raise ValueError(
+                "`config` must be provided with type keras_tpu_estimator.RunConfig. "
+                f"Received: {type(config).__name__}"
+            )
+        params = check_params(params)
+        if use_tpu:
+            if train_batch_size is None:
+                raise ValueError("`train_batch_size` cannot be `None` when `use_tpu=True`.")
+            _check_positive("train_batch_size", train_batch_size)
+            for name, value in (("eval_batch_size", eval_batch_size), ("predict_batch_size", predict_batch_size)):
+                if value is not None:
+                    _check_positive(name, value)
+        if embedding_config_spec is not None:
+            raise ValueError(
+                "`embedding_config_spec` (TPU embeddings) is not supported by keras_tpu_estimator. "
+                "Use tf.tpu.experimental.embedding.TPUEmbedding inside model_fn."
+            )
+        if not callable(model_fn):
+            raise TypeError(f"`model_fn` must be callable. Received: {model_fn!r}")
+        if model_dir and config.model_dir and os.path.normpath(model_dir) != os.path.normpath(config.model_dir):
+            raise ValueError(
+                "`model_dir` and `config.model_dir` are both set and differ: "
+                f"{model_dir!r} != {config.model_dir!r}. Set one of them."
+            )
+        model_dir = model_dir or config.model_dir
+        if not model_dir:
+            model_dir = tempfile.mkdtemp(prefix="keras_tpu_estimator_")
+            _log.warning("Using temporary folder as model directory: %s", model_dir)
+        if not (export_to_tpu or export_to_cpu):
+            raise ValueError(
+                "One of export_to_cpu and export_to_tpu must be true. Received both False."
+            )
+        if export_saved_model_api_version not in (1, 2, *ExportSavedModelApiVersion):
+            raise ValueError(
+                "export_saved_model_api_version should be 1 or 2; got "
+                f"{export_saved_model_api_version}."
+            )
+        if batch_axis is not None:
+            _log.warning("`batch_axis` is ignored: tf.distribute splits batches along axis 0.")
+        self._model_fn = model_fn
+        self._config = config.replace(model_dir=model_dir)
+        self._params = params
+        self._use_tpu = bool(use_tpu)
+        self._eval_on_tpu = bool(eval_on_tpu)
+        self._batch_sizes = {
+            "train_batch_size": train_batch_size,
+            "eval_batch_size": eval_batch_size,
+            "predict_batch_size": predict_batch_size,
+        }
+        self._warm_start = as_warm_start_settings(warm_start_from)
+        self.export_to_tpu = export_to_tpu
+        self.export_to_cpu = export_to_cpu
+        self.export_saved_model_api_version = ExportSavedModelApiVersion(
+            getattr(export_saved_model_api_version, "value", export_saved_model_api_version)
+        )
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def model_dir(self) -> str:
+        """Where checkpoints and summaries live."""
+        return self._config.model_dir
+
+    @property
+    def config(self) -> RunConfig:
+        """The `RunConfig`, with `model_dir` filled in."""
+        return self._config
+
+    @property
+    def params(self) -> dict:
+        """A copy of `params`."""
+        return dict(self._params)
+
+    def latest_checkpoint(self) -> str | None:
+        """The newest checkpoint in `model_dir`, or None."""
+        return tf.train.latest_checkpoint(self.model_dir)
+
+    def get_variable_names(self) -> list[str]:
+        """Names of the variables in the latest checkpoint."""
+        return [name for name, _ in tf.train.list_variables(self._require_checkpoint())]
+
+    def get_variable_value(self, name: str) -> np.ndarray:
+        """The value of variable `name` in the latest checkpoint."""
+        return tf.train.load_variable(self._require_checkpoint(), name)
+
+    def _require_checkpoint(self, checkpoint_path: str | None = None) -> str:
+        if checkpoint_path:
+            return resolve_checkpoint_path(checkpoint_path)
+        latest = self.latest_checkpoint()
+        if latest is None:
+            raise ValueError(
+                f"Could not find a trained model in model_dir: {self.model_dir}. "
+                "Call train() first, or pass checkpoint_path."
+            )
+        return latest
+
+    # ------------------------------------------------------------------ modes
+    def _model(self, use_tpu: bool) -> EstimatorModel:
+        return EstimatorModel(
+            self._model_fn,
+            params=self._params,
+            config=self._config,
+            use_tpu=use_tpu,
+            **self._batch_sizes,
+        )
+
+    def train(
+        self,
+        input_fn: InputFn,
+        hooks: Sequence[keras.callbacks.Callback] | None = None,
+        steps: int | None = None,
+        max_steps: int | None = None,
+        saving_listeners: Sequence[Any] | None = None,
+    ) -> TPUEstimator:
+        """Trains from the latest checkpoint in `model_dir` for `steps` or up to `max_steps`.
+
+        Returns:
+            `self`, as the Estimator did.
+
+        Example:
+
+        ```python
+        estimator.train(input_fn, max_steps=10_000)
+        ```
+        """
+        if steps is not None and max_steps is not None:
+            raise ValueError("Can not provide both steps and max_steps.")
+        if self._use_tpu and steps is None and max_steps is None:
+            raise ValueError(
+                "For TPU training, one of `steps` or `max_steps` must be set. Cannot be both `None`."
+            )
+        if steps is not None:
+            _check_positive("steps", steps)
+        if max_steps is not None:
+            _check_positive("max_steps", max_steps)
+        hooks = list(check_hooks("hooks", hooks))
+        if saving_listeners:
+            raise TypeError(
+                "`saving_listeners` (CheckpointSaverListener) need a TF1 session. Pass a Keras "
+                "callback in `hooks` and read `tf.train.latest_checkpoint(model_dir)` in it."
+            )
+        latest = self.latest_checkpoint()
+        if max_steps is not None and latest and checkpoint_step(latest) >= max_steps:
+            _log.info("Skipping training since max_steps has already saved.")
+            return self
+        model = self._model(self._use_tpu)
+        config = self._config
+        callbacks: list[keras.callbacks.Callback] = [_RestoreOrWarmStart(latest, self._warm_start)]
+        if steps is not None or max_steps is not None:
+            callbacks.append(StopAtStep(steps=steps, max_steps=max_steps))
+        callbacks.append(
+            CheckpointSaver(
+                self.model_dir,
+                save_steps=config.save_checkpoints_steps,
+                save_secs=config.save_checkpoints_secs,
+                max_to_keep=config.keep_checkpoint_max,
+                keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
+            )
+        )
+        if config.save_summary_steps:
+            callbacks.append(StepSummaries(self.model_dir, config.save_summary_steps))
+        if config.log_step_count_steps:
+            callbacks.append(StepLogger(config.log_step_count_steps))
+        model.fit(input_fn, callbacks=callbacks + hooks, verbose=0)
+        return self
+
+    def evaluate(
+        self,
+        input_fn: InputFn,
+        steps: int | None = None,
+        hooks: Sequence[keras.callbacks.Callback] | None = None,
+        checkpoint_path: str | None = None,
+        name: str | None = None,
+    ) -> dict:
+        """Evaluates the latest (or given) checkpoint for `steps` steps (None: to the end of input).
+
+        Returns:
+            `{"loss": mean loss over steps, "global_step": step of the checkpoint}`;
+            the loss is also written to `model_dir/eval[_name]` for TensorBoard.
+
+        Example:
+
+        ```python
+        estimator.evaluate(eval_input_fn, steps=100)
+        ```
+        """
+        if steps is not None:
+            _check_positive("steps", steps)
+        path = self._require_checkpoint(checkpoint_path)
+        model = self._model(self._use_tpu and self._eval_on_tpu)
+        callbacks = [_RestoreOrWarmStart(path, None), *check_hooks("hooks", hooks)]
+        loss = model.evaluate(input_fn, steps=steps, callbacks=callbacks, verbose=0)
+        step = model.global_step
+        logdir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
+        with tf.summary.create_file_writer(logdir).as_default(step=step):
+            tf.summary.scalar("loss", loss)
+        return {"loss": loss, "global_step": step}
+
+    def predict(
+        self,
+        input_fn: InputFn,
+        predict_keys: Sequence[str] | str | None = None,
+        hooks: Sequence[keras.callbacks.Callback] | None = None,
+        checkpoint_path: str | None = None,
+        yield_single_examples: bool = True,
+    ) -> Iterator[Any]:
+        """Yields predictions of the latest (or given) checkpoint.
+
+        Yields:
+            One dict per example (`yield_single_examples=True`), or one dict
+            of arrays per batch of `predict_batch_size` rows.
+
+        Example:
+
+        ```python
+        for prediction in estimator.predict(predict_input_fn):
+            print(prediction["class"])
+        ```
+        """
+        path = self._require_checkpoint(checkpoint_path)
+        model = self._model(self._use_tpu)
+        callbacks = [_RestoreOrWarmStart(path, None), *check_hooks("hooks", hooks)]
+        outputs = model.predict(input_fn, callbacks=callbacks, verbose=0)
+        if not isinstance(outputs, dict):
+            outputs = {"predictions": outputs}
+            single = True
+        else:
+            single = False
+        if predict_keys is not None:
+            keys = [predict_keys] if isinstance(predict_keys, str) else list(predict_keys)
+            unknown = sorted(set(keys) - set(outputs))
+            if unknown:
+                raise ValueError(
+                    f"`predict_keys` {unknown} are not in the predictions {sorted(outputs)}."
+                )
+            outputs = {key: outputs[key] for key in keys}
+        rows = len(next(iter(outputs.values())))
+        if yield_single_examples:
+            for i in range(rows):
+                row = {key: value[i] for key, value in outputs.items()}
+                yield row["predictions"] if single else row
+            return
+        batch = self._batch_sizes["predict_batch_size"] or rows
+        per_replica_batch_size(batch, 1, "predict_batch_size")
+        for start in range(0, rows, batch):
+            chunk = {key: value[start : start + batch] for key, value in outputs.items()}
+            yield chunk["predictions"] if single else chunk
+
+
+class _RestoreOrWarmStart(keras.callbacks.Callback):
+    """Before the first execution: restore `checkpoint`, else apply warm-start settings."""
+
+    def __init__(self, checkpoint: str | None, warm_start: WarmStartSettings | None):
+        super().__init__()
+        self._checkpoint = checkpoint
+        self._warm_start = warm_start
+
+    def _restore(self) -> None:
+        variables = self.model.checkpoint_variables
+        if self._checkpoint:
+            optimizer = [name for name in variables if name.startswith("keras_optimizer/")]
+            restore_checkpoint(self._checkpoint, variables, allow_missing=optimizer)
+        elif self._warm_start is not None:
+            names = self._warm_start.apply(variables)
+            _log.info("Warm-started %d variables from %s.", len(names), self._warm_start.ckpt_to_initialize_from)
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._restore()
+
+    def on_test_begin(self, logs: dict | None = None) -> None:
+        self._restore()
+
+    def on_predict_begin(self, logs: dict | None = None) -> None:
+        self._restore()

@@ -1,0 +1,159 @@
+"""The TPUEstimator facade: constructor checks, model_dir, train/evaluate/predict semantics."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_tpu_estimator as kte
+from tests import models
+
+
+def make(model_dir, k=4, params=None, **config):
+    config.setdefault("save_checkpoints_steps", k)
+    run_config = kte.RunConfig(model_dir=str(model_dir), tpu_config=kte.TPUConfig(iterations_per_loop=k), **config)
+    return kte.TPUEstimator(
+        models.get_variable_mlp, config=run_config, params=params or {"optimizer": "adam"},
+        train_batch_size=16, eval_batch_size=16, predict_batch_size=16,
+    )
+
+
+def saved_steps(model_dir):
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    return [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths]
+
+
+# ------------------------------------------------------------------ constructor
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"config": None}, ValueError, "`config` must be provided with type"),
+        ({"params": {"context": 1}}, ValueError, "are reserved keys but existed in params"),
+        ({"train_batch_size": None}, ValueError, "`train_batch_size` cannot be `None`"),
+        ({"train_batch_size": 0}, ValueError, "`train_batch_size` must be a positive integer"),
+        ({"eval_batch_size": -1}, ValueError, "`eval_batch_size` must be a positive integer"),
+        ({"export_saved_model_api_version": 3}, ValueError, "export_saved_model_api_version should be 1 or 2; got 3"),
+        ({"export_saved_model_api_version": "2"}, ValueError, "should be 1 or 2"),
+        ({"export_to_tpu": False, "export_to_cpu": False}, ValueError, "One of export_to_cpu and export_to_tpu must be true"),
+        ({"embedding_config_spec": object()}, ValueError, "not supported"),
+        ({"model_dir": "/tmp/a", "config": kte.RunConfig(model_dir="/tmp/b")}, ValueError, "both set and differ"),
+    ],
+)
+def test_constructor_errors(kwargs, error, message):
+    arguments = {"model_fn": models.get_variable_mlp, "config": kte.RunConfig(), "train_batch_size": 16}
+    arguments.update(kwargs)
+    with pytest.raises(error, match=message):
+        kte.TPUEstimator(**arguments)
+
+
+def test_use_tpu_false_skips_batch_checks_and_model_dir_defaults_to_a_temp_dir():
+    estimator = kte.TPUEstimator(models.get_variable_mlp, config=kte.RunConfig(), use_tpu=False)
+    assert os.path.isdir(estimator.model_dir)
+    assert estimator.config.model_dir == estimator.model_dir
+    assert kte.TPUEstimator(models.get_variable_mlp, config=kte.RunConfig(), train_batch_size=8,
+                            export_saved_model_api_version=2).export_saved_model_api_version is kte.ExportSavedModelApiVersion.V2
+
+
+# ------------------------------------------------------------------ train
+def test_step_sequences_and_checkpoints_follow_the_seed(tmp_path):
+    recorder = models.ExecutionRecorder()
+    make(tmp_path).train(models.input_fn, steps=10, hooks=[recorder])
+    assert recorder.sizes == [4, 4, 2]
+    assert saved_steps(tmp_path) == [4, 8, 10]
+    # A new estimator on the same model_dir continues from step 10.
+    recorder = models.ExecutionRecorder()
+    make(tmp_path).train(models.input_fn, steps=10, hooks=[recorder])
+    assert recorder.steps[0] == 10 and recorder.sizes == [4, 4, 2]
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-20")
+    # max_steps already reached: nothing runs.
+    make(tmp_path).train(models.input_fn, max_steps=20, hooks=[recorder])
+    assert recorder.steps[-1] == 20
+
+
+def test_max_steps_from_a_checkpoint_at_3(tmp_path):
+    make(tmp_path).train(models.input_fn, steps=3)
+    recorder = models.ExecutionRecorder()
+    make(tmp_path).train(models.input_fn, max_steps=10, hooks=[recorder])
+    assert recorder.steps[0] == 3 and recorder.sizes == [4, 3]
+
+
+def test_saves_only_at_execution_boundaries_and_at_the_end(tmp_path):
+    make(tmp_path, save_checkpoints_steps=5, keep_checkpoint_max=None).train(models.input_fn, steps=20)
+    steps = saved_steps(tmp_path)
+    assert steps[-1] == 20 and all(step % 4 == 0 for step in steps)
+    assert steps == [8, 16, 20]
+
+
+def test_keep_checkpoint_max(tmp_path):
+    make(tmp_path, save_checkpoints_steps=4, keep_checkpoint_max=2).train(models.input_fn, steps=20)
+    assert saved_steps(tmp_path) == [16, 20]
+    assert len([f for f in os.listdir(tmp_path) if f.endswith(".index")]) == 2
+
+
+def test_checkpoints_are_keyed_by_tf1_names(tmp_path):
+    estimator = make(tmp_path)
+    estimator.train(models.input_fn, steps=4)
+    names = estimator.get_variable_names()
+    assert {"global_step", "mlp/hidden/kernel", "mlp/hidden/kernel/Adam", "beta1_power"} <= set(names)
+    assert estimator.get_variable_value("global_step") == 4
+
+
+def test_train_steps_validation(tmp_path):
+    estimator = make(tmp_path)
+    with pytest.raises(ValueError, match="one of `steps` or `max_steps` must be set"):
+        estimator.train(models.input_fn)
+    with pytest.raises(ValueError, match="`steps` must be a positive integer"):
+        estimator.train(models.input_fn, steps=0)
+    with pytest.raises(ValueError, match="both steps and max_steps"):
+        estimator.train(models.input_fn, steps=1, max_steps=2)
+    with pytest.raises(TypeError, match="Write it as a `keras.callbacks.Callback`"):
+        estimator.train(models.input_fn, steps=1, hooks=[tf.compat.v1.train.SessionRunHook()])
+    assert estimator.latest_checkpoint() is None
+
+
+# ------------------------------------------------------------------ evaluate / predict
+def test_evaluate_and_predict_need_a_checkpoint(tmp_path):
+    estimator = make(tmp_path)
+    with pytest.raises(ValueError, match="Could not find a trained model in model_dir"):
+        estimator.evaluate(models.input_fn, steps=2)
+    with pytest.raises(ValueError, match="Could not find a trained model in model_dir"):
+        next(estimator.predict(models.predict_input_fn))
+    assert os.listdir(tmp_path) == []
+
+
+def test_evaluate_and_predict_use_the_latest_or_given_checkpoint(tmp_path):
+    estimator = make(tmp_path, keep_checkpoint_max=None)
+    estimator.train(models.input_fn, steps=12)
+    latest = estimator.evaluate(models.input_fn, steps=4)
+    assert latest["global_step"] == 12
+    early = estimator.evaluate(models.input_fn, steps=4, checkpoint_path=str(tmp_path / "model.ckpt-4"))
+    assert early["global_step"] == 4 and early["loss"] > latest["loss"]
+    rows = list(estimator.predict(models.predict_input_fn, predict_keys=["id"]))
+    assert len(rows) == 64 and set(rows[0]) == {"id"}
+    assert [int(r["id"]) for r in rows] == list(range(64))
+    batches = list(estimator.predict(models.predict_input_fn, yield_single_examples=False))
+    assert [len(b["y"]) for b in batches] == [16] * 4
+
+
+def test_use_tpu_false_trains_with_the_global_batch(tmp_path):
+    seen = []
+
+    def model_fn(features, labels, mode, params):
+        seen.append(params["batch_size"])
+        return models.get_variable_mlp(features, labels, mode, params)
+
+    estimator = kte.TPUEstimator(model_fn, config=kte.RunConfig(model_dir=str(tmp_path)), use_tpu=False,
+                                 train_batch_size=16, eval_batch_size=16)
+    estimator.train(models.input_fn, steps=2)
+    assert set(seen) == {16}
+    assert estimator.evaluate(models.input_fn, steps=1)["global_step"] == 2
+
+
+def test_tf_random_seed_makes_runs_repeatable(tmp_path):
+    results = []
+    for run in range(2):
+        estimator = make(tmp_path / str(run), tf_random_seed=11)
+        estimator.train(models.input_fn, steps=4)
+        results.append(estimator.get_variable_value("mlp/hidden/kernel"))
+    np.testing.assert_array_equal(results[0], results[1])
