@@ -25,6 +25,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -669,6 +670,13 @@ class EstimatorModel(keras.Model):
                     break
                 callbacks.on_train_batch_begin(done)
                 steps, execution_loss, _ = self._run_execution(function, iterator, size)
+                if steps and not math.isfinite(execution_loss):
+                    raise FloatingPointError(
+                        f"The training loss became {execution_loss / steps} in the execution "
+                        f"ending at global step {self.global_step}. Training stopped before any "
+                        "callback ran, so no checkpoint holds these weights. Check the input for "
+                        "NaN/Inf, lower the learning rate, or clip gradients."
+                    )
                 if steps:
                     done += steps
                     loss_sum += execution_loss

@@ -2,6 +2,7 @@
 
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -157,3 +158,50 @@ def test_tf_random_seed_makes_runs_repeatable(tmp_path):
         estimator.train(models.input_fn, steps=4)
         results.append(estimator.get_variable_value("mlp/hidden/kernel"))
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_nan_loss_stops_training_before_a_checkpoint_is_written(tmp_path):
+    def model_fn(features, labels, mode, params):
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        step = tf.compat.v1.train.get_global_step()
+        nan_after_6 = tf.where(step >= 6, tf.constant(np.nan), tf.constant(0.0))
+        return spec._replace(loss=spec.loss + nan_after_6)
+
+    config = kte.RunConfig(model_dir=str(tmp_path), save_checkpoints_steps=4,
+                           tpu_config=kte.TPUConfig(iterations_per_loop=4))
+    estimator = kte.TPUEstimator(model_fn, config=config, params={"optimizer": "sgd"}, train_batch_size=16)
+    with pytest.raises(FloatingPointError, match="ending at global step 8.*no checkpoint holds these weights"):
+        estimator.train(models.input_fn, steps=12)
+    assert saved_steps(tmp_path) == [4]
+    assert np.isfinite(estimator.get_variable_value("mlp/hidden/kernel")).all()
+
+
+def test_spec_training_hooks_run_as_callbacks(tmp_path):
+    class Count(keras.callbacks.Callback):
+        executions = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            Count.executions += 1
+
+    def model_fn(features, labels, mode, params):
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        return spec._replace(training_hooks=(Count(),))
+
+    config = kte.RunConfig(model_dir=str(tmp_path), tpu_config=kte.TPUConfig(iterations_per_loop=4))
+    kte.TPUEstimator(model_fn, config=config, train_batch_size=16).train(models.input_fn, steps=12)
+    assert Count.executions == 3
+
+
+def test_eval_on_tpu_false_evaluates_with_the_global_batch(tmp_path):
+    seen = []
+
+    def model_fn(features, labels, mode, params):
+        if mode == kte.ModeKeys.EVAL:
+            seen.append((params["batch_size"], params["use_tpu"]))
+        return models.get_variable_mlp(features, labels, mode, params)
+
+    config = kte.RunConfig(model_dir=str(tmp_path))
+    estimator = kte.TPUEstimator(model_fn, config=config, train_batch_size=16, eval_batch_size=16, eval_on_tpu=False)
+    estimator.train(models.input_fn, steps=2)
+    estimator.evaluate(models.input_fn, steps=1)
+    assert set(seen) == {(16, False)}
