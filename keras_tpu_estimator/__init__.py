@@ -16,7 +16,7 @@ estimator.train(input_fn, max_steps=1000)
 
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.callbacks import CheckpointSaver, StepLogger, StepSummaries, StopAtStep
-from keras_tpu_estimator.checkpoints import WarmStartSettings
+from keras_tpu_estimator.checkpoints import WarmStartSettings, checkpoint_step
 from keras_tpu_estimator.config import (
     InputPipelineConfig,
     IterationsPerLoop,
@@ -52,6 +52,7 @@ __all__ = [
     "TPUEstimator",
     "TPUEstimatorSpec",
     "WarmStartSettings",
+    "checkpoint_step",
     "parse_iterations_per_loop",
     "resolve_strategy",
 ]

@@ -205,3 +205,10 @@ def test_eval_on_tpu_false_evaluates_with_the_global_batch(tmp_path):
     estimator.train(models.input_fn, steps=2)
     estimator.evaluate(models.input_fn, steps=1)
     assert set(seen) == {(16, False)}
+
+
+def test_save_checkpoints_secs_saves_at_execution_boundaries(tmp_path):
+    make(tmp_path, save_checkpoints_steps=None, save_checkpoints_secs=1e-9,
+         keep_checkpoint_max=None).train(models.input_fn, steps=12)
+    assert saved_steps(tmp_path) == [4, 8, 12]
+    assert kte.checkpoint_step(tf.train.latest_checkpoint(str(tmp_path))) == 12
