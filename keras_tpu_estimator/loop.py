@@ -34,11 +34,14 @@ class ExecutionResult(NamedTuple):
         loss_sum: Sum over those steps of the replica-mean loss.
         outputs: Per-step outputs concatenated over replicas and steps
             (`[steps * global_batch, ...]`), or `None`.
+        host: Per-step host tensors concatenated over replicas and stacked
+            over steps (`[steps, global_batch, ...]`), or `None`.
     """
 
     steps: Any
     loss_sum: Any
     outputs: Any
+    host: Any = None
 
 
 def _concat_replicas(strategy: tf.distribute.Strategy, value: Any) -> tf.Tensor:
@@ -52,6 +55,7 @@ def make_loop_function(
     *,
     around_run: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     output_spec: Any = None,
+    host_spec: Any = None,
 ) -> Callable[[Any, tf.Tensor], ExecutionResult]:
     """Builds `loop(iterator, num_steps) -> ExecutionResult`.
 
@@ -62,6 +66,8 @@ def make_loop_function(
             `strategy.run` (the variable store's scope, for `merge_call` code).
         output_spec: Nest of per-replica `tf.TensorSpec`s of
             `replica_step(...)["outputs"]`, or `None` to collect nothing.
+        host_spec: List of per-replica `tf.TensorSpec`s of
+            `replica_step(...)["host"]`, kept step by step for the host, or `None`.
 
     Returns:
         A `tf.function`. Call it with an iterator of a distributed dataset and
@@ -76,21 +82,32 @@ def make_loop_function(
     ```
     """
 
-    def new_arrays() -> Any:
+    def new_arrays(spec: Any) -> Any:
+        if spec is None:
+            return ()
         return tf.nest.map_structure(
-            lambda spec: tf.TensorArray(
-                spec.dtype,
+            lambda s: tf.TensorArray(
+                s.dtype,
                 size=0,
                 dynamic_size=True,
                 infer_shape=False,
-                element_shape=tf.TensorShape([None]).concatenate(spec.shape[1:]),
+                element_shape=tf.TensorShape([None]).concatenate(s.shape[1:]),
             ),
-            output_spec,
+            spec,
+        )
+
+    def write(arrays: Any, spec: Any, step: Any, values: Any) -> Any:
+        if spec is None:
+            return arrays
+        return tf.nest.map_structure(
+            lambda array, value: array.write(step, _concat_replicas(strategy, value)),
+            arrays,
+            values,
         )
 
     @tf.function(autograph=False)
     def loop(iterator: Any, num_steps: tf.Tensor) -> ExecutionResult:
-        arrays = new_arrays() if output_spec is not None else ()
+        arrays = (new_arrays(output_spec), new_arrays(host_spec))
 
         def keep_going(step: Any, done: Any, loss_sum: Any, arrays: Any) -> Any:
             return tf.logical_and(step < num_steps, tf.logical_not(done))
@@ -104,13 +121,10 @@ def make_loop_function(
                 # A local mean over this host's replicas: no collective op needed.
                 losses = strategy.experimental_local_results(result["loss"])
                 loss = tf.add_n([tf.cast(x, tf.float32) for x in losses]) / len(losses)
-                new_arrays = arrays
-                if output_spec is not None:
-                    new_arrays = tf.nest.map_structure(
-                        lambda array, value: array.write(step, _concat_replicas(strategy, value)),
-                        arrays,
-                        result["outputs"],
-                    )
+                new_arrays = (
+                    write(arrays[0], output_spec, step, result.get("outputs")),
+                    write(arrays[1], host_spec, step, result.get("host")),
+                )
                 return step + 1, tf.constant(False), loss_sum + loss, new_arrays
 
             def stop() -> Any:
@@ -123,9 +137,11 @@ def make_loop_function(
             one_step,
             [tf.constant(0), tf.constant(False), tf.constant(0.0), arrays],
         )
-        outputs = None
+        outputs = host = None
         if output_spec is not None:
-            outputs = tf.nest.map_structure(lambda array: array.concat(), arrays)
-        return ExecutionResult(steps, loss_sum, outputs)
+            outputs = tf.nest.map_structure(lambda array: array.concat(), arrays[0])
+        if host_spec is not None:
+            host = tf.nest.map_structure(lambda array: array.stack(), arrays[1])
+        return ExecutionResult(steps, loss_sum, outputs, host)
 
     return loop

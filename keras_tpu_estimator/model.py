@@ -21,6 +21,7 @@ It owns three rules:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
 import dataclasses
@@ -37,6 +38,7 @@ import tensorflow as tf
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.host import HostFunction, HostMetrics, check_batch_major, split_host_call
 from keras_tpu_estimator.inputs import (
     call_input_fn,
     function_args,
@@ -78,6 +80,11 @@ class _Settings:
     global_batch: dict = dataclasses.field(default_factory=dict)
     output_specs: dict = dataclasses.field(default_factory=dict)
     spec_hooks: dict = dataclasses.field(default_factory=dict)
+    host_specs: dict = dataclasses.field(default_factory=dict)
+    host_calls: dict = dataclasses.field(default_factory=dict)
+    metrics: HostMetrics | None = None
+    host_worker: concurrent.futures.ThreadPoolExecutor | None = None
+    host_pending: concurrent.futures.Future | None = None
     uses_keras_optimizer: bool = False
 
 
@@ -374,6 +381,7 @@ class EstimatorModel(keras.Model):
                 output_spec = tf.nest.map_structure(
                     lambda t: tf.TensorSpec(t.shape, t.dtype), spec.predictions
                 )
+        self._record_host_specs(mode, spec)
         hooks = {
             ModeKeys.TRAIN: "training_hooks",
             ModeKeys.EVAL: "evaluation_hooks",
@@ -397,6 +405,94 @@ class EstimatorModel(keras.Model):
         self._settings.output_specs[mode] = output_spec
         self.built = True
 
+    def _record_host_specs(self, mode: str, spec: Any) -> None:
+        """Checks the spec's host tensors and makes their host-side functions."""
+        if isinstance(spec, EstimatorSpec):
+            if mode == ModeKeys.EVAL and spec.eval_metric_ops:
+                raise ValueError(
+                    "EstimatorSpec.eval_metric_ops cannot run inside the device loop. Return "
+                    "TPUEstimatorSpec(eval_metrics=(metric_fn, tensors)) instead."
+                )
+            return
+        replicas = self._num_replicas
+
+        def gathered(tensor: Any) -> tf.TensorSpec:
+            shape = tensor.shape.as_list()
+            shape[0] = None if shape[0] is None else shape[0] * replicas
+            return tf.TensorSpec(shape, tensor.dtype)
+
+        specs = []
+        if spec.host_call is not None:
+            fn, keys, tensors = split_host_call("host_call", spec.host_call)
+            check_batch_major("host_call", tensors, keys)
+            specs += tensors
+            if mode not in self._settings.host_calls:
+                self._settings.host_calls[mode] = HostFunction(
+                    "host_call", fn, keys, [gathered(t) for t in tensors]
+                )
+        if mode == ModeKeys.EVAL and spec.eval_metrics is not None:
+            fn, keys, tensors = split_host_call("eval_metrics", spec.eval_metrics)
+            check_batch_major("eval_metrics", tensors, keys)
+            specs += tensors
+            self._settings.metrics = HostMetrics(fn, keys, [gathered(t) for t in tensors])
+        self._settings.host_specs[mode] = (
+            [tf.TensorSpec(t.shape, t.dtype) for t in specs] if specs else None
+        )
+
+    @staticmethod
+    def _host_tensors(spec: Any, mode: str) -> list:
+        if not isinstance(spec, TPUEstimatorSpec):
+            return []
+        tensors = []
+        if spec.host_call is not None:
+            tensors += split_host_call("host_call", spec.host_call)[2]
+        if mode == ModeKeys.EVAL and spec.eval_metrics is not None:
+            tensors += split_host_call("eval_metrics", spec.eval_metrics)[2]
+        return tensors
+
+    def _host_step(self, mode: str, host: list, step_index: int) -> None:
+        """Runs the host functions for one step, given its gathered tensors."""
+        host_call = self._settings.host_calls.get(mode)
+        count = 0
+        if host_call is not None:
+            count = len(host_call._placeholders)
+            every_n = self.config.tpu_config.experimental_host_call_every_n_steps
+            if mode != ModeKeys.TRAIN or step_index % every_n == 0:
+                host_call(host[:count])
+        if mode == ModeKeys.EVAL and self._settings.metrics is not None:
+            self._settings.metrics.update(host[count:])
+
+    def _host_steps(self, mode: str, host: list, first_step: int, steps: int) -> None:
+        for index in range(steps):
+            self._host_step(mode, [tensor[index] for tensor in host], first_step + index)
+
+    def _submit_host(self, mode: str, host: list, first_step: int, steps: int) -> None:
+        """Runs an execution's host steps on the host thread while the next execution runs.
+
+        One thread keeps the steps in order; at most one execution's work is
+        pending, and its errors are raised here or at `_drain_host`.
+        """
+        settings = self._settings
+        self._drain_host()
+        if settings.host_worker is None:
+            settings.host_worker = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="keras_tpu_estimator_host"
+            )
+        settings.host_pending = settings.host_worker.submit(
+            self._host_steps, mode, host, first_step, steps
+        )
+
+    def _drain_host(self) -> None:
+        """Waits for pending host steps; re-raises their error in the caller."""
+        pending, self._settings.host_pending = self._settings.host_pending, None
+        if pending is not None:
+            pending.result()
+
+    def _flush_host(self, mode: str) -> None:
+        self._drain_host()
+        if mode in self._settings.host_calls:
+            self._settings.host_calls[mode].flush()
+
     # ---------------------------------------------------------------- steps
     def _train_step(self, data: Any) -> dict:
         features, labels = split_element(data)
@@ -411,8 +507,10 @@ class EstimatorModel(keras.Model):
             gradients = tape.gradient(scaled, [v.value for v in variables])
             self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
             with tf.control_dependencies([tf.nest.flatten(gradients)[0]]):
-                step_variable.assign_add(1)
-            return {"loss": loss}
+                increment = step_variable.assign_add(1)
+            with tf.control_dependencies([increment]):
+                host = [tf.identity(t) for t in self._host_tensors(spec, ModeKeys.TRAIN)]
+            return {"loss": loss, "host": host}
         spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
         if spec.train_op is None:
             raise ValueError(
@@ -426,17 +524,25 @@ class EstimatorModel(keras.Model):
         missed = tf.cast(tf.equal(after, before), tf.int64)
         with tf.control_dependencies([step_variable.assign_add(missed, read_value=False)]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
-        return {"loss": loss}
+            host = [tf.identity(t) for t in self._host_tensors(spec, ModeKeys.TRAIN)]
+        return {"loss": loss, "host": host}
 
     def _test_step(self, data: Any) -> dict:
         features, labels = split_element(data)
         spec = self.call_model_fn(features, labels, ModeKeys.EVAL)
-        return {"loss": tf.cast(spec.loss, tf.float32)}
+        return {
+            "loss": tf.cast(spec.loss, tf.float32),
+            "host": self._host_tensors(spec, ModeKeys.EVAL),
+        }
 
     def _predict_step(self, data: Any) -> dict:
         features, labels = split_element(data)
         spec = self.call_model_fn(features, labels, ModeKeys.PREDICT)
-        return {"loss": tf.constant(0.0), "outputs": spec.predictions}
+        return {
+            "loss": tf.constant(0.0),
+            "outputs": spec.predictions,
+            "host": self._host_tensors(spec, ModeKeys.PREDICT),
+        }
 
     def _make_function(self, mode: str) -> Callable:
         step = {
@@ -460,6 +566,7 @@ class EstimatorModel(keras.Model):
             step,
             around_run=around_run,
             output_spec=self._settings.output_specs.get(mode),
+            host_spec=self._settings.host_specs.get(mode),
         )
 
     def make_train_function(self, force: bool = False) -> Callable:
@@ -560,6 +667,7 @@ class EstimatorModel(keras.Model):
 
     def _run_to_end(
         self,
+        mode: str,
         function: Callable,
         iterator: Any,
         steps: int | None,
@@ -575,7 +683,7 @@ class EstimatorModel(keras.Model):
         while steps is None or done < steps:
             size = self._execution_size(None if steps is None else steps - done, training=False)
             on_begin(done)
-            count, execution_loss, outputs = self._run_execution(function, iterator, size)
+            count, execution_loss, outputs = self._run_execution(mode, function, iterator, size)
             if count:
                 done += count
                 loss_sum += execution_loss
@@ -584,7 +692,9 @@ class EstimatorModel(keras.Model):
                 break
         return done
 
-    def _run_execution(self, function: Callable, iterator: Any, size: int) -> Any:
+    def _run_execution(self, mode: str, function: Callable, iterator: Any, size: int) -> Any:
+        """Runs one execution, then the host functions for each of its steps, in order."""
+        first_step = self.global_step if mode == ModeKeys.TRAIN else 0
         start = time.perf_counter()
         result = function(iterator, tf.constant(size, tf.int32))
         steps = int(result.steps)
@@ -592,6 +702,8 @@ class EstimatorModel(keras.Model):
         if steps:
             self._seconds_per_step = (time.perf_counter() - start) / steps
             self.last_execution_loss = loss_sum / steps
+        if result.host is not None and steps:
+            self._submit_host(mode, [tensor.numpy() for tensor in result.host], first_step, steps)
         return steps, loss_sum, result.outputs
 
     def fit(
@@ -669,7 +781,7 @@ class EstimatorModel(keras.Model):
                 if size <= 0:
                     break
                 callbacks.on_train_batch_begin(done)
-                steps, execution_loss, _ = self._run_execution(function, iterator, size)
+                steps, execution_loss, _ = self._run_execution(ModeKeys.TRAIN, function, iterator, size)
                 if steps and not math.isfinite(execution_loss):
                     raise FloatingPointError(
                         f"The training loss became {execution_loss / steps} in the execution "
@@ -700,6 +812,7 @@ class EstimatorModel(keras.Model):
                     epoch,
                 )
                 break
+        self._flush_host(ModeKeys.TRAIN)
         callbacks.on_train_end(logs=epoch_logs)
         return self.history
 
@@ -739,10 +852,18 @@ class EstimatorModel(keras.Model):
             logs["loss"] = mean_loss
             callbacks.on_test_batch_end(step, dict(logs))
 
+        metrics = self._settings.metrics
+        if metrics is not None:
+            metrics.reset()
         callbacks.on_test_begin()
-        done = self._run_to_end(function, iter(dataset), steps, callbacks.on_test_batch_begin, on_end)
+        done = self._run_to_end(
+            ModeKeys.EVAL, function, iter(dataset), steps, callbacks.on_test_batch_begin, on_end
+        )
         if done == 0:
             raise ValueError("evaluate() ran no steps: the input is empty.")
+        self._flush_host(ModeKeys.EVAL)
+        if metrics is not None:
+            logs.update(metrics.result())
         callbacks.on_test_end(logs)
         return dict(logs) if return_dict else logs["loss"]
 
@@ -778,7 +899,10 @@ class EstimatorModel(keras.Model):
             callbacks.on_predict_batch_end(step, {"outputs": chunks[-1]})
 
         callbacks.on_predict_begin()
-        self._run_to_end(function, iter(dataset), steps, callbacks.on_predict_batch_begin, on_end)
+        self._run_to_end(
+            ModeKeys.PREDICT, function, iter(dataset), steps, callbacks.on_predict_batch_begin, on_end
+        )
+        self._flush_host(ModeKeys.PREDICT)
         callbacks.on_predict_end()
         if not chunks:
             return tf.nest.map_structure(

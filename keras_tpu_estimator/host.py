@@ -1,0 +1,226 @@
+"""The host side: `host_call` and `eval_metrics` functions run once per step on gathered tensors.
+
+On the device, a step's `host_call` / `eval_metrics` tensors are concatenated
+across replicas (replica 0's rows first) and stacked over the steps of an
+execution (`loop.py`). This module owns what happens after: the user's
+function is built **once** in a dedicated `tf.Graph` with placeholders of the
+gathered shape, and a `tf.compat.v1.Session` runs it for every step with that
+step's values. That is where TF1 code works unchanged: `tf.compat.v1.metrics.*`
+(local variables, update ops) and TF2 summaries written in graph mode
+(`create_file_writer(...).as_default()`, `record_if`, `all_v2_summary_ops()`).
+
+A `metric_fn` may instead return `keras.metrics.Metric` objects (created once,
+outside it): it is then called eagerly for every step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+_log = logging.getLogger("keras_tpu_estimator")
+_WRITER_INIT_COLLECTION = "_SUMMARY_WRITER_V2"  # summary_ops_v2._SUMMARY_WRITER_INIT_COLLECTION_NAME
+
+
+def split_host_call(name: str, host_call: Any) -> tuple[Callable, list[str] | None, list[Any]]:
+    """`(fn, keys or None, flat tensors)` from a validated `(fn, list or dict)` pair."""
+    fn, tensors = host_call
+    if isinstance(tensors, dict):
+        keys = sorted(tensors)
+        return fn, keys, [tensors[key] for key in keys]
+    return fn, None, list(tensors)
+
+
+def check_batch_major(name: str, tensors: Sequence[Any], keys: list[str] | None) -> None:
+    """Raises a ValueError naming any host tensor that cannot be concatenated across replicas."""
+    for index, tensor in enumerate(tensors):
+        label = f"{name}[1][{keys[index]!r}]" if keys else f"{name}[1][{index}]"
+        if not isinstance(tensor, (tf.Tensor, tf.Variable)) and not hasattr(tensor, "shape"):
+            raise ValueError(
+                f"{label} must be a tensor; received {type(tensor).__name__}. Nested "
+                "structures are not supported: pass a flat list or dict of tensors."
+            )
+        if tensor.shape.rank == 0:
+            raise ValueError(
+                f"{label} is a scalar ({tensor}). Tensors outfed to the host must keep a batch "
+                "dimension so they can be concatenated across replicas: use "
+                "`tf.reshape(t, [1])` for a scalar."
+            )
+
+
+def _call(name: str, fn: Callable, keys: list[str] | None, args: Sequence[Any]) -> Any:
+    try:
+        return fn(**dict(zip(keys, args, strict=True))) if keys is not None else fn(*args)
+    except TypeError:
+        _log.warning(
+            "Exception while calling %s. It is likely the tensors (%s[1]) do not match the "
+            "function's arguments.",
+            name,
+            name,
+        )
+        raise
+
+
+class HostFunction:
+    """One `(fn, tensors)` function, built once in its own graph and run per step.
+
+    Args:
+        name: `"host_call"` or `"eval_metrics"`, for messages.
+        fn: The user's function.
+        keys: Dict keys (tensors passed as keywords), or None (positional).
+        specs: `tf.TensorSpec` of each tensor as gathered for one step.
+        fetch: Turns `fn`'s return value into what each step runs
+            (default: the value itself, or all v2 summary ops when it is None).
+
+    Example:
+
+    ```python
+    host = HostFunction("host_call", fn, None, [tf.TensorSpec([32], tf.float32)])
+    host([np.zeros(32, np.float32)])
+    host.flush()
+    ```
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable,
+        keys: list[str] | None,
+        specs: Sequence[tf.TensorSpec],
+        fetch: Callable[[Any], Any] | None = None,
+    ):
+        self.name = name
+        self._graph = tf.Graph()
+        with self._graph.as_default():
+            self._placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape) for s in specs]
+            self.result = _call(name, fn, keys, self._placeholders)
+            if fetch is not None:
+                self._fetches = fetch(self.result)
+            elif self.result is None:
+                self._fetches = tf.compat.v1.summary.all_v2_summary_ops() or []
+            else:
+                self._fetches = self.result
+            writers = [op for op in self._graph.get_operations() if op.type == "SummaryWriter"]
+            self._flush = [tf.raw_ops.FlushSummaryWriter(writer=op.outputs[0]) for op in writers]
+            self._reset_locals = tf.compat.v1.local_variables_initializer()
+            init = [
+                tf.compat.v1.get_collection(_WRITER_INIT_COLLECTION),
+                tf.compat.v1.global_variables_initializer(),
+                self._reset_locals,
+            ]
+        self._session = tf.compat.v1.Session(graph=self._graph)
+        self._session.run(init)
+        # A prepared callable skips per-step fetch and feed processing (the hot path).
+        self._step = self._session.make_callable(self._fetches, feed_list=self._placeholders)
+
+    def __call__(self, values: Sequence[np.ndarray]) -> Any:
+        """Runs one step with `values` fed to the placeholders."""
+        return self._step(*values)
+
+    def evaluate(self, fetches: Any) -> Any:
+        """Runs `fetches` (tensors of this graph) without feeding anything."""
+        return self._session.run(fetches)
+
+    def reset_local_variables(self) -> None:
+        """Zeroes TF1 metric accumulators (local variables)."""
+        self._session.run(self._reset_locals)
+
+    def flush(self) -> None:
+        """Flushes every summary writer `fn` created."""
+        if self._flush:
+            self._session.run(self._flush)
+
+    def close(self) -> None:
+        """Flushes and releases the session."""
+        self.flush()
+        self._session.close()
+
+
+def _is_eager_only_error(error: Exception) -> bool:
+    return "eager execution" in str(error)
+
+
+class HostMetrics:
+    """`eval_metrics=(metric_fn, tensors)` accumulated over every step of one evaluation.
+
+    `metric_fn` returns `{name: (value, update_op)}` built from
+    `tf.compat.v1.metrics.*` (run in a host graph and session), or
+    `{name: keras.metrics.Metric}` (called eagerly each step; create the
+    metrics once, outside `metric_fn`).
+
+    Example:
+
+    ```python
+    metrics = HostMetrics(metric_fn, None, specs)
+    metrics.reset()
+    metrics.update(step_values)
+    metrics.result()     # {"accuracy": 0.75}
+    ```
+    """
+
+    def __init__(self, fn: Callable, keys: list[str] | None, specs: Sequence[tf.TensorSpec]):
+        self._fn, self._keys, self._specs = fn, keys, list(specs)
+        self._graph_metrics: HostFunction | None = None
+        self._keras_metrics: dict[str, keras.metrics.Metric] | None = None
+
+    def _start(self, values: Sequence[np.ndarray]) -> None:
+        try:
+            result = _call("eval_metrics", self._fn, self._keys, [tf.constant(v) for v in values])
+        except RuntimeError as error:
+            if not _is_eager_only_error(error):
+                raise
+            result = None
+        if isinstance(result, dict) and result and all(
+            isinstance(m, keras.metrics.Metric) for m in result.values()
+        ):
+            self._keras_metrics = result
+            for metric in result.values():
+                metric.reset_state()
+            return
+        self._graph_metrics = HostFunction(
+            "eval_metrics", self._fn, self._keys, self._specs, fetch=self._updates
+        )
+        self._values = {name: pair[0] for name, pair in self._graph_metrics.result.items()}
+
+    @staticmethod
+    def _updates(result: Any) -> list:
+        if not isinstance(result, dict) or not all(
+            isinstance(pair, (tuple, list)) and len(pair) == 2 for pair in result.values()
+        ):
+            raise TypeError(
+                "metric_fn must return a dict {name: (value, update_op)} built from "
+                "tf.compat.v1.metrics.*, or a dict {name: keras.metrics.Metric}. "
+                f"Received: {result!r}"
+            )
+        return [pair[1] for pair in result.values()]
+
+    def reset(self) -> None:
+        """Starts a new evaluation: all accumulators to zero."""
+        if self._graph_metrics is not None:
+            self._graph_metrics.reset_local_variables()
+        for metric in (self._keras_metrics or {}).values():
+            metric.reset_state()
+
+    def update(self, values: Sequence[np.ndarray]) -> None:
+        """Adds one step's gathered tensors."""
+        if self._graph_metrics is None and self._keras_metrics is None:
+            self._start(values)
+        if self._graph_metrics is not None:
+            self._graph_metrics(values)
+        else:
+            _call("eval_metrics", self._fn, self._keys, [tf.constant(v) for v in values])
+
+    def result(self) -> dict[str, float]:
+        """`{name: value}` over every step since `reset`."""
+        if self._graph_metrics is not None:
+            values = self._graph_metrics.evaluate(self._values)
+        elif self._keras_metrics is not None:
+            values = {name: m.result() for name, m in self._keras_metrics.items()}
+        else:
+            return {}
+        return {name: float(np.asarray(value)) for name, value in values.items()}
