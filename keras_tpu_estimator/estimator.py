@@ -31,7 +31,6 @@ from keras_tpu_estimator.checkpoints import (
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.model import EstimatorModel, check_params
 from keras_tpu_estimator.spec import InputFn, ModelFn, check_hooks
-from keras_tpu_estimator.strategy import per_replica_batch_size
 
 _log = logging.getLogger("keras_tpu_estimator")
 
@@ -307,7 +306,8 @@ class TPUEstimator:
 
         Yields:
             One dict per example (`yield_single_examples=True`), or one dict
-            of arrays per batch of `predict_batch_size` rows.
+            of arrays per input batch: its real rows only (16, ..., 16, 4 for
+            100 rows and a batch of 16).
 
         Example:
 
@@ -319,31 +319,25 @@ class TPUEstimator:
         path = self._require_checkpoint(checkpoint_path)
         model = self._model(self._use_tpu)
         callbacks = [_RestoreOrWarmStart(path, None), *check_hooks("hooks", hooks)]
-        outputs = model.predict(input_fn, callbacks=callbacks, verbose=0)
-        if not isinstance(outputs, dict):
-            outputs = {"predictions": outputs}
-            single = True
-        else:
-            single = False
+        keys = None
         if predict_keys is not None:
             keys = [predict_keys] if isinstance(predict_keys, str) else list(predict_keys)
-            unknown = sorted(set(keys) - set(outputs))
-            if unknown:
-                raise ValueError(
-                    f"`predict_keys` {unknown} are not in the predictions {sorted(outputs)}."
-                )
-            outputs = {key: outputs[key] for key in keys}
-        rows = len(next(iter(outputs.values())))
-        if yield_single_examples:
-            for i in range(rows):
-                row = {key: value[i] for key, value in outputs.items()}
-                yield row["predictions"] if single else row
-            return
-        batch = self._batch_sizes["predict_batch_size"] or rows
-        per_replica_batch_size(batch, 1, "predict_batch_size")
-        for start in range(0, rows, batch):
-            chunk = {key: value[start : start + batch] for key, value in outputs.items()}
-            yield chunk["predictions"] if single else chunk
+        for batch in model.predict_batches(input_fn, callbacks=callbacks, verbose=0):
+            if not isinstance(batch, dict):
+                yield from (batch if yield_single_examples else [batch])
+                continue
+            if keys is not None:
+                unknown = sorted(set(keys) - set(batch))
+                if unknown:
+                    raise ValueError(
+                        f"`predict_keys` {unknown} are not in the predictions {sorted(batch)}."
+                    )
+                batch = {key: batch[key] for key in keys}
+            if not yield_single_examples:
+                yield batch
+                continue
+            for i in range(len(next(iter(batch.values())))):
+                yield {key: value[i] for key, value in batch.items()}
 
 
 class _RestoreOrWarmStart(keras.callbacks.Callback):

@@ -15,6 +15,7 @@ outside it): it is then called eagerly for every step.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -224,3 +225,122 @@ class HostMetrics:
         else:
             return {}
         return {name: float(np.asarray(value)) for name, value in values.items()}
+
+
+class HostRunner:
+    """The host side of one model: its host functions per mode, eval metrics and the host thread.
+
+    Args:
+        every_n_steps: `experimental_host_call_every_n_steps`: in TRAIN, `fn`
+            runs for steps whose 0-based global step is a multiple of it.
+
+    Example:
+
+    ```python
+    runner = HostRunner(every_n_steps=1)
+    specs = runner.record("train", spec, replicas=4, padded=False)   # at build
+    runner.submit("train", host_arrays, first_step=0, steps=4)      # after an execution
+    runner.finish("train")                                          # drain and flush
+    ```
+    """
+
+    def __init__(self, every_n_steps: int = 1):
+        self.every_n_steps = every_n_steps
+        self._host_calls: dict[str, HostFunction] = {}
+        self._padded: dict[str, bool] = {}
+        self.metrics: HostMetrics | None = None
+        self._worker: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: concurrent.futures.Future | None = None
+
+    @staticmethod
+    def tensors(spec: Any, mode: str) -> list:
+        """The spec's host tensors in transfer order: `host_call`'s, then `eval_metrics`'."""
+        tensors = []
+        if getattr(spec, "host_call", None) is not None:
+            tensors += split_host_call("host_call", spec.host_call)[2]
+        if mode == "eval" and getattr(spec, "eval_metrics", None) is not None:
+            tensors += split_host_call("eval_metrics", spec.eval_metrics)[2]
+        return tensors
+
+    def record(self, mode: str, spec: Any, replicas: int, padded: bool) -> list | None:
+        """Checks `spec`'s host tensors at build and makes their host functions.
+
+        Returns:
+            Per-replica `tf.TensorSpec`s of what each step sends to the host
+            (the padding mask last when `padded`), or None when nothing is sent.
+        """
+        if getattr(spec, "eval_metric_ops", None) and mode == "eval":
+            raise ValueError(
+                "EstimatorSpec.eval_metric_ops cannot run inside the device loop. Return "
+                "TPUEstimatorSpec(eval_metrics=(metric_fn, tensors)) instead."
+            )
+
+        def gathered(tensor: Any) -> tf.TensorSpec:
+            shape = tensor.shape.as_list()
+            # Padded rows are dropped before the host sees them: any row count.
+            shape[0] = None if padded or shape[0] is None else shape[0] * replicas
+            return tf.TensorSpec(shape, tensor.dtype)
+
+        tensors = []
+        if getattr(spec, "host_call", None) is not None:
+            fn, keys, call_tensors = split_host_call("host_call", spec.host_call)
+            check_batch_major("host_call", call_tensors, keys)
+            tensors += call_tensors
+            if mode not in self._host_calls:
+                specs = [gathered(t) for t in call_tensors]
+                self._host_calls[mode] = HostFunction("host_call", fn, keys, specs)
+        if mode == "eval" and getattr(spec, "eval_metrics", None) is not None:
+            fn, keys, metric_tensors = split_host_call("eval_metrics", spec.eval_metrics)
+            check_batch_major("eval_metrics", metric_tensors, keys)
+            tensors += metric_tensors
+            self.metrics = HostMetrics(fn, keys, [gathered(t) for t in metric_tensors])
+        self._padded[mode] = padded
+        if not tensors:
+            return None
+        specs = [tf.TensorSpec(t.shape, t.dtype) for t in tensors]
+        if padded:
+            specs.append(tf.TensorSpec([specs[0].shape[0]], tf.float32))
+        return specs
+
+    def _step(self, mode: str, values: list, step_index: int) -> None:
+        if self._padded.get(mode):
+            # Per-row tensors lose their padded rows; others (a [1] step) pass as they are.
+            keep = values[-1] > 0.5
+            values = [v[keep] if v.shape[:1] == keep.shape else v for v in values[:-1]]
+        host_call = self._host_calls.get(mode)
+        count = 0
+        if host_call is not None:
+            count = len(host_call._placeholders)
+            if mode != "train" or step_index % self.every_n_steps == 0:
+                host_call(values[:count])
+        if mode == "eval" and self.metrics is not None:
+            self.metrics.update(values[count:])
+
+    def _steps(self, mode: str, host: list, first_step: int, steps: int) -> None:
+        for index in range(steps):
+            self._step(mode, [tensor[index] for tensor in host], first_step + index)
+
+    def submit(self, mode: str, host: list, first_step: int, steps: int) -> None:
+        """Runs an execution's host steps on the host thread while the next execution runs.
+
+        One thread keeps the steps in order; at most one execution's work is
+        pending, and its errors are raised here or at `drain`.
+        """
+        self.drain()
+        if self._worker is None:
+            self._worker = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="keras_tpu_estimator_host"
+            )
+        self._pending = self._worker.submit(self._steps, mode, host, first_step, steps)
+
+    def drain(self) -> None:
+        """Waits for pending host steps; re-raises their error in the caller."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def finish(self, mode: str) -> None:
+        """Drains the host thread and flushes `mode`'s summary writers."""
+        self.drain()
+        if mode in self._host_calls:
+            self._host_calls[mode].flush()

@@ -23,7 +23,11 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 ReplicaStep = Callable[[Any], dict]
-"""Runs in replica context on one batch; returns `{"loss": scalar, "outputs": nest}`."""
+"""Runs in replica context on one batch; returns `{"loss", "weight", "outputs", "host"}`.
+
+`loss` is the replica's scalar loss and `weight` the number of real rows it
+covers; `outputs` and `host` are optional.
+"""
 
 
 class ExecutionResult(NamedTuple):
@@ -31,7 +35,9 @@ class ExecutionResult(NamedTuple):
 
     Attributes:
         steps: Steps actually run (fewer than asked when the input ended).
-        loss_sum: Sum over those steps of the replica-mean loss.
+        loss_sum: Sum over steps and replicas of `loss * weight`.
+        weight_sum: Sum over steps and replicas of `weight` (real rows);
+            `loss_sum / weight_sum` is the mean loss per real row.
         outputs: Per-step outputs concatenated over replicas and steps
             (`[steps * global_batch, ...]`), or `None`.
         host: Per-step host tensors concatenated over replicas and stacked
@@ -40,6 +46,7 @@ class ExecutionResult(NamedTuple):
 
     steps: Any
     loss_sum: Any
+    weight_sum: Any
     outputs: Any
     host: Any = None
 
@@ -109,39 +116,43 @@ def make_loop_function(
     def loop(iterator: Any, num_steps: tf.Tensor) -> ExecutionResult:
         arrays = (new_arrays(output_spec), new_arrays(host_spec))
 
-        def keep_going(step: Any, done: Any, loss_sum: Any, arrays: Any) -> Any:
+        def keep_going(step: Any, done: Any, sums: Any, arrays: Any) -> Any:
             return tf.logical_and(step < num_steps, tf.logical_not(done))
 
-        def one_step(step: Any, done: Any, loss_sum: Any, arrays: Any) -> Any:
+        def one_step(step: Any, done: Any, sums: Any, arrays: Any) -> Any:
             optional = iterator.get_next_as_optional()
 
             def run() -> Any:
                 with around_run():
                     result = strategy.run(replica_step, args=(optional.get_value(),))
-                # A local mean over this host's replicas: no collective op needed.
+                # Local sums over this host's replicas: no collective op needed.
                 losses = strategy.experimental_local_results(result["loss"])
-                loss = tf.add_n([tf.cast(x, tf.float32) for x in losses]) / len(losses)
+                weights = strategy.experimental_local_results(result["weight"])
+                weighted = tf.add_n(
+                    [tf.cast(x, tf.float32) * tf.cast(w, tf.float32) for x, w in zip(losses, weights, strict=True)]
+                )
+                weight = tf.add_n([tf.cast(w, tf.float32) for w in weights])
                 new_arrays = (
                     write(arrays[0], output_spec, step, result.get("outputs")),
                     write(arrays[1], host_spec, step, result.get("host")),
                 )
-                return step + 1, tf.constant(False), loss_sum + loss, new_arrays
+                return step + 1, tf.constant(False), (sums[0] + weighted, sums[1] + weight), new_arrays
 
             def stop() -> Any:
-                return step, tf.constant(True), loss_sum, arrays
+                return step, tf.constant(True), sums, arrays
 
             return tf.cond(optional.has_value(), run, stop)
 
-        steps, _, loss_sum, arrays = tf.while_loop(
+        steps, _, (loss_sum, weight_sum), arrays = tf.while_loop(
             keep_going,
             one_step,
-            [tf.constant(0), tf.constant(False), tf.constant(0.0), arrays],
+            [tf.constant(0), tf.constant(False), (tf.constant(0.0), tf.constant(0.0)), arrays],
         )
         outputs = host = None
         if output_spec is not None:
             outputs = tf.nest.map_structure(lambda array: array.concat(), arrays[0])
         if host_spec is not None:
             host = tf.nest.map_structure(lambda array: array.stack(), arrays[1])
-        return ExecutionResult(steps, loss_sum, outputs, host)
+        return ExecutionResult(steps, loss_sum, weight_sum, outputs, host)
 
     return loop

@@ -21,14 +21,13 @@ It owns three rules:
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import copy
 import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
@@ -38,16 +37,16 @@ import tensorflow as tf
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
-from keras_tpu_estimator.host import HostFunction, HostMetrics, check_batch_major, split_host_call
+from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.inputs import (
     call_input_fn,
     function_args,
     per_replica_spec,
     placeholders,
-    split_element,
     static_batch_size,
 )
 from keras_tpu_estimator.loop import make_loop_function
+from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
 from keras_tpu_estimator.spec import (
     EstimatorSpec,
     InputFn,
@@ -81,10 +80,7 @@ class _Settings:
     output_specs: dict = dataclasses.field(default_factory=dict)
     spec_hooks: dict = dataclasses.field(default_factory=dict)
     host_specs: dict = dataclasses.field(default_factory=dict)
-    host_calls: dict = dataclasses.field(default_factory=dict)
-    metrics: HostMetrics | None = None
-    host_worker: concurrent.futures.ThreadPoolExecutor | None = None
-    host_pending: concurrent.futures.Future | None = None
+    host: HostRunner = dataclasses.field(default_factory=HostRunner)
     uses_keras_optimizer: bool = False
 
 
@@ -209,6 +205,7 @@ class EstimatorModel(keras.Model):
                 per_replica_batch_size(size, self._num_replicas, _BATCH_ARG[mode])
         if config.tf_random_seed is not None:
             keras.utils.set_random_seed(config.tf_random_seed)
+        self._settings.host = HostRunner(config.tpu_config.experimental_host_call_every_n_steps)
         self._store = VariableStore(self, strategy)
         self.stop_at_step: int | None = None
         self.last_execution_loss: float | None = None
@@ -321,7 +318,7 @@ class EstimatorModel(keras.Model):
             )
         return params
 
-    def call_model_fn(self, features: Any, labels: Any, mode: str) -> Any:
+    def call_model_fn(self, features: Any, labels: Any, mode: str, mask: Any = None) -> Any:
         """Calls `model_fn` with the arguments it declares, inside the variable store.
 
         Returns the checked spec. Use it inside a trace (a `tf.function` or a
@@ -338,7 +335,7 @@ class EstimatorModel(keras.Model):
         for name, value in (("labels", labels), ("mode", mode), ("config", self.config)):
             if name in args:
                 kwargs[name] = value
-        with self._store.scope():
+        with self._store.scope(), mask_scope(mask):
             if "features" in args:
                 spec = model_fn(features=features, **kwargs)
             else:
@@ -352,7 +349,7 @@ class EstimatorModel(keras.Model):
         """Traces `model_fn` once in `mode` in a throw-away graph, creating its variables."""
         if mode in self._settings.output_specs:
             return
-        features_spec, labels_spec = split_element(element_spec)
+        features_spec, labels_spec, mask_spec = unpack(element_spec)
         if _compat.is_tpu_strategy(self._distribute_strategy):
             for name, spec in (("features", features_spec), ("labels", labels_spec)):
                 for tensor_spec in tf.nest.flatten(spec):
@@ -368,7 +365,8 @@ class EstimatorModel(keras.Model):
             stack.enter_context(_compat.recording_init_from_checkpoint(init_calls))
             features = placeholders(features_spec)
             labels = None if labels_spec is None else placeholders(labels_spec)
-            spec = self.call_model_fn(features, labels, mode)
+            mask = None if mask_spec is None else placeholders(mask_spec)
+            spec = self.call_model_fn(features, labels, mode, mask)
             if isinstance(spec, TPUEstimatorSpec) and spec.scaffold_fn is not None:
                 with self._store.scope():
                     if spec.scaffold_fn() is None:
@@ -378,10 +376,10 @@ class EstimatorModel(keras.Model):
                         )
             output_spec = None
             if mode == ModeKeys.PREDICT:
-                output_spec = tf.nest.map_structure(
-                    lambda t: tf.TensorSpec(t.shape, t.dtype), spec.predictions
-                )
-        self._record_host_specs(mode, spec)
+                output_spec = (self._prediction_spec(spec.predictions, mask_spec), mask_spec)
+        self._settings.host_specs[mode] = self._settings.host.record(
+            mode, spec, self._num_replicas, padded=mask_spec is not None
+        )
         hooks = {
             ModeKeys.TRAIN: "training_hooks",
             ModeKeys.EVAL: "evaluation_hooks",
@@ -405,97 +403,42 @@ class EstimatorModel(keras.Model):
         self._settings.output_specs[mode] = output_spec
         self.built = True
 
-    def _record_host_specs(self, mode: str, spec: Any) -> None:
-        """Checks the spec's host tensors and makes their host-side functions."""
-        if isinstance(spec, EstimatorSpec):
-            if mode == ModeKeys.EVAL and spec.eval_metric_ops:
-                raise ValueError(
-                    "EstimatorSpec.eval_metric_ops cannot run inside the device loop. Return "
-                    "TPUEstimatorSpec(eval_metrics=(metric_fn, tensors)) instead."
-                )
-            return
-        replicas = self._num_replicas
-
-        def gathered(tensor: Any) -> tf.TensorSpec:
-            shape = tensor.shape.as_list()
-            shape[0] = None if shape[0] is None else shape[0] * replicas
-            return tf.TensorSpec(shape, tensor.dtype)
-
-        specs = []
-        if spec.host_call is not None:
-            fn, keys, tensors = split_host_call("host_call", spec.host_call)
-            check_batch_major("host_call", tensors, keys)
-            specs += tensors
-            if mode not in self._settings.host_calls:
-                self._settings.host_calls[mode] = HostFunction(
-                    "host_call", fn, keys, [gathered(t) for t in tensors]
-                )
-        if mode == ModeKeys.EVAL and spec.eval_metrics is not None:
-            fn, keys, tensors = split_host_call("eval_metrics", spec.eval_metrics)
-            check_batch_major("eval_metrics", tensors, keys)
-            specs += tensors
-            self._settings.metrics = HostMetrics(fn, keys, [gathered(t) for t in tensors])
-        self._settings.host_specs[mode] = (
-            [tf.TensorSpec(t.shape, t.dtype) for t in specs] if specs else None
-        )
-
     @staticmethod
-    def _host_tensors(spec: Any, mode: str) -> list:
-        if not isinstance(spec, TPUEstimatorSpec):
-            return []
-        tensors = []
-        if spec.host_call is not None:
-            tensors += split_host_call("host_call", spec.host_call)[2]
-        if mode == ModeKeys.EVAL and spec.eval_metrics is not None:
-            tensors += split_host_call("eval_metrics", spec.eval_metrics)[2]
-        return tensors
-
-    def _host_step(self, mode: str, host: list, step_index: int) -> None:
-        """Runs the host functions for one step, given its gathered tensors."""
-        host_call = self._settings.host_calls.get(mode)
-        count = 0
-        if host_call is not None:
-            count = len(host_call._placeholders)
-            every_n = self.config.tpu_config.experimental_host_call_every_n_steps
-            if mode != ModeKeys.TRAIN or step_index % every_n == 0:
-                host_call(host[:count])
-        if mode == ModeKeys.EVAL and self._settings.metrics is not None:
-            self._settings.metrics.update(host[count:])
-
-    def _host_steps(self, mode: str, host: list, first_step: int, steps: int) -> None:
-        for index in range(steps):
-            self._host_step(mode, [tensor[index] for tensor in host], first_step + index)
-
-    def _submit_host(self, mode: str, host: list, first_step: int, steps: int) -> None:
-        """Runs an execution's host steps on the host thread while the next execution runs.
-
-        One thread keeps the steps in order; at most one execution's work is
-        pending, and its errors are raised here or at `_drain_host`.
-        """
-        settings = self._settings
-        self._drain_host()
-        if settings.host_worker is None:
-            settings.host_worker = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="keras_tpu_estimator_host"
+    def _prediction_spec(predictions: Any, mask_spec: tf.TensorSpec) -> Any:
+        """Specs of `predictions`, which must be batch-major with the static batch."""
+        if not isinstance(predictions, (dict, tf.Tensor)):
+            raise TypeError(
+                "TPUEstimatorSpec.predictions must be dict of Tensors (or one Tensor). "
+                f"Received: {type(predictions).__name__}."
             )
-        settings.host_pending = settings.host_worker.submit(
-            self._host_steps, mode, host, first_step, steps
-        )
-
-    def _drain_host(self) -> None:
-        """Waits for pending host steps; re-raises their error in the caller."""
-        pending, self._settings.host_pending = self._settings.host_pending, None
-        if pending is not None:
-            pending.result()
-
-    def _flush_host(self, mode: str) -> None:
-        self._drain_host()
-        if mode in self._settings.host_calls:
-            self._settings.host_calls[mode].flush()
+        rows = mask_spec.shape[0]
+        items = predictions.items() if isinstance(predictions, dict) else [("predictions", predictions)]
+        for key, tensor in items:
+            if not isinstance(tensor, tf.Tensor):
+                raise TypeError(
+                    f"TPUEstimatorSpec.predictions[{key!r}] must be a Tensor. Received: "
+                    f"{type(tensor).__name__}."
+                )
+            if tensor.shape.rank == 0 or tensor.shape[0] != rows:
+                raise ValueError(
+                    f"The tensor with key ({key}) in TPUEstimatorSpec.predictions must be "
+                    f"batch-major with a static first dimension of params['batch_size'] "
+                    f"({rows}). Received shape {tensor.shape}."
+                )
+        return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), predictions)
 
     # ---------------------------------------------------------------- steps
+    @staticmethod
+    def _rows(features: Any) -> tf.Tensor:
+        return tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
+
+    def _host_values(self, mode: str, spec: Any, mask: Any) -> list:
+        if self._settings.host_specs.get(mode) is None:
+            return []
+        return HostRunner.tensors(spec, mode) + ([mask] if mask is not None else [])
+
     def _train_step(self, data: Any) -> dict:
-        features, labels = split_element(data)
+        features, labels, _ = unpack(data)
         step_variable = self._store.global_step.value
         before = step_variable.read_value()
         if self._settings.uses_keras_optimizer:
@@ -507,41 +450,42 @@ class EstimatorModel(keras.Model):
             gradients = tape.gradient(scaled, [v.value for v in variables])
             self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
             with tf.control_dependencies([tf.nest.flatten(gradients)[0]]):
-                increment = step_variable.assign_add(1)
-            with tf.control_dependencies([increment]):
-                host = [tf.identity(t) for t in self._host_tensors(spec, ModeKeys.TRAIN)]
-            return {"loss": loss, "host": host}
-        spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
-        if spec.train_op is None:
-            raise ValueError(
-                "`model_fn` returned a `train_op` when the model was built but None now. "
-                "Return the same kind of spec on every call."
-            )
-        with tf.control_dependencies([spec.train_op]):
-            after = step_variable.read_value()
-        # 1 when the train_op left the step alone, else 0: no branch, so the
-        # cross-replica assignment stays outside control flow.
-        missed = tf.cast(tf.equal(after, before), tf.int64)
-        with tf.control_dependencies([step_variable.assign_add(missed, read_value=False)]):
+                done = step_variable.assign_add(1)
+        else:
+            spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
+            if spec.train_op is None:
+                raise ValueError(
+                    "`model_fn` returned a `train_op` when the model was built but None now. "
+                    "Return the same kind of spec on every call."
+                )
+            with tf.control_dependencies([spec.train_op]):
+                after = step_variable.read_value()
+            # 1 when the train_op left the step alone, else 0: no branch, so the
+            # cross-replica assignment stays outside control flow.
+            missed = tf.cast(tf.equal(after, before), tf.int64)
+            done = step_variable.assign_add(missed, read_value=False)
+        with tf.control_dependencies([done]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
-            host = [tf.identity(t) for t in self._host_tensors(spec, ModeKeys.TRAIN)]
-        return {"loss": loss, "host": host}
+            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
+        return {"loss": loss, "weight": self._rows(features), "host": host}
 
     def _test_step(self, data: Any) -> dict:
-        features, labels = split_element(data)
-        spec = self.call_model_fn(features, labels, ModeKeys.EVAL)
+        features, labels, mask = unpack(data)
+        spec = self.call_model_fn(features, labels, ModeKeys.EVAL, mask)
         return {
             "loss": tf.cast(spec.loss, tf.float32),
-            "host": self._host_tensors(spec, ModeKeys.EVAL),
+            "weight": self._rows(features) if mask is None else tf.reduce_sum(mask),
+            "host": self._host_values(ModeKeys.EVAL, spec, mask),
         }
 
     def _predict_step(self, data: Any) -> dict:
-        features, labels = split_element(data)
-        spec = self.call_model_fn(features, labels, ModeKeys.PREDICT)
+        features, labels, mask = unpack(data)
+        spec = self.call_model_fn(features, labels, ModeKeys.PREDICT, mask)
         return {
             "loss": tf.constant(0.0),
-            "outputs": spec.predictions,
-            "host": self._host_tensors(spec, ModeKeys.PREDICT),
+            "weight": tf.constant(0.0),
+            "outputs": (spec.predictions, mask),
+            "host": self._host_values(ModeKeys.PREDICT, spec, mask),
         }
 
     def _make_function(self, mode: str) -> Callable:
@@ -591,27 +535,33 @@ class EstimatorModel(keras.Model):
     def distribute_input(self, x: Any, mode: str, batch_size: int | None = None) -> Any:
         """Turns an `input_fn`, a dataset or arrays into a distributed dataset; builds `mode`.
 
+        In EVAL and PREDICT every batch is padded to the static batch size with
+        a mask (`padding.py`), so a partial last batch needs no special care.
+
         Returns:
             A distributed dataset whose replicas see `params['batch_size']` rows.
         """
         strategy = self._distribute_strategy
+        pad = mode != ModeKeys.TRAIN
         global_batch = batch_size or self._settings.batch_sizes[mode]
-        if not isinstance(x, tf.data.Dataset) and not callable(x) and tf.nest.flatten(x) and all(
-            isinstance(a, np.ndarray) for a in tf.nest.flatten(x)
-        ):
+        flat = [] if isinstance(x, tf.data.Dataset) or callable(x) else tf.nest.flatten(x)
+        if flat and all(isinstance(a, np.ndarray) for a in flat):
             if global_batch is None:
                 raise ValueError(f"Pass `batch_size` (or `{_BATCH_ARG[mode]}`) with array input.")
-            x = tf.data.Dataset.from_tensor_slices(x).batch(global_batch, drop_remainder=True)
+            x = tf.data.Dataset.from_tensor_slices(x).batch(global_batch, drop_remainder=not pad)
         if isinstance(x, tf.data.Dataset):
             static = static_batch_size(x.element_spec)
-            global_batch = static or global_batch
+            global_batch = global_batch if pad and global_batch else static or global_batch
             if global_batch is None:
                 raise ValueError(
                     f"The dataset's batch size is not static. Batch it with "
                     f"`drop_remainder=True`, or pass `{_BATCH_ARG[mode]}`."
                 )
+            self._check_batch(static, global_batch, pad, "The dataset")
             per_replica_batch_size(global_batch, self._num_replicas, _BATCH_ARG[mode])
             self._settings.global_batch[mode] = global_batch
+            if pad:
+                x = pad_batches(x, global_batch)
             self._build_mode(mode, per_replica_spec(x.element_spec, self._num_replicas))
             if not self._settings.use_tpu:
                 return x
@@ -633,6 +583,12 @@ class EstimatorModel(keras.Model):
         def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
             params = self._params_for(mode, input_context)
             dataset = call_input_fn(x, mode, params, self.config, input_context)
+            self._check_batch(static_batch_size(dataset.element_spec), per_replica, pad, "input_fn")
+            if pad:
+                replicas = 1
+                if input_context is not None:
+                    replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+                dataset = pad_batches(dataset, per_replica, replicas)
             specs.append(dataset.element_spec)
             return dataset
 
@@ -640,15 +596,18 @@ class EstimatorModel(keras.Model):
             dataset = dataset_fn()
         else:
             dataset = strategy.distribute_datasets_from_function(dataset_fn)
-        spec = specs[0]
-        static = static_batch_size(spec)
-        if static is not None and static != per_replica:
-            raise ValueError(
-                f"input_fn returned batches of {static} rows, but params['batch_size'] is "
-                f"{per_replica}. Batch with params['batch_size']."
-            )
-        self._build_mode(mode, spec)
+        self._build_mode(mode, specs[0])
         return dataset
+
+    @staticmethod
+    def _check_batch(static: int | None, expected: int, pad: bool, source: str) -> None:
+        if static is None or static == expected or (pad and static < expected):
+            return
+        raise ValueError(
+            f"{source} returned batches of {static} rows, but params['batch_size'] is "
+            f"{expected}" + (" (the real batch size should not be greater than batch_size)" if pad else "")
+            + ". Batch with params['batch_size']."
+        )
 
     # --------------------------------------------------------------- driver
     def _execution_size(self, limit: int | None, training: bool = True) -> int:
@@ -665,46 +624,43 @@ class EstimatorModel(keras.Model):
             size = min(size, self.stop_at_step - self.global_step)
         return size
 
-    def _run_to_end(
-        self,
-        mode: str,
-        function: Callable,
-        iterator: Any,
-        steps: int | None,
-        on_begin: Callable[[int], None],
-        on_end: Callable[[int, float, Any], None],
-    ) -> int:
-        """Runs executions until `steps` steps or the end of the input; returns the steps run.
+    def _executions(
+        self, mode: str, function: Callable, iterator: Any, steps: int | None
+    ) -> Iterator[tuple[int, int, float, float, Any]]:
+        """Runs executions until `steps` steps or the end of the input.
 
-        `on_begin(step)` runs before each execution, `on_end(last_step,
-        mean_loss_so_far, outputs)` after each one that ran a step.
+        Yields `(steps_before, count, loss_sum, weight_sum, outputs)` for each
+        execution that ran at least one step.
         """
-        done, loss_sum = 0, 0.0
+        done = 0
         while steps is None or done < steps:
             size = self._execution_size(None if steps is None else steps - done, training=False)
-            on_begin(done)
-            count, execution_loss, outputs = self._run_execution(mode, function, iterator, size)
+            count, loss_sum, weight_sum, outputs = self._run_execution(mode, function, iterator, size)
             if count:
+                yield done, count, loss_sum, weight_sum, outputs
                 done += count
-                loss_sum += execution_loss
-                on_end(done - 1, loss_sum / done, outputs)
             if count < size:
-                break
-        return done
+                return
 
     def _run_execution(self, mode: str, function: Callable, iterator: Any, size: int) -> Any:
-        """Runs one execution, then the host functions for each of its steps, in order."""
+        """Runs one execution and hands its host tensors to the host thread.
+
+        Returns:
+            `(steps, loss_sum, weight_sum, outputs)`; `loss_sum / weight_sum`
+            is the execution's mean loss per real row.
+        """
         first_step = self.global_step if mode == ModeKeys.TRAIN else 0
         start = time.perf_counter()
         result = function(iterator, tf.constant(size, tf.int32))
         steps = int(result.steps)
-        loss_sum = float(result.loss_sum)
+        loss_sum, weight_sum = float(result.loss_sum), float(result.weight_sum)
         if steps:
             self._seconds_per_step = (time.perf_counter() - start) / steps
-            self.last_execution_loss = loss_sum / steps
+            self.last_execution_loss = loss_sum / max(weight_sum, 1e-12)
         if result.host is not None and steps:
-            self._submit_host(mode, [tensor.numpy() for tensor in result.host], first_step, steps)
-        return steps, loss_sum, result.outputs
+            host = [tensor.numpy() for tensor in result.host]
+            self._settings.host.submit(mode, host, first_step, steps)
+        return steps, loss_sum, weight_sum, result.outputs
 
     def fit(
         self,
@@ -775,16 +731,18 @@ class EstimatorModel(keras.Model):
             callbacks.on_epoch_begin(epoch)
             if steps_per_epoch is None:
                 iterator = iter(dataset)
-            done, loss_sum, exhausted = 0, 0.0, False
+            done, loss_sum, weight_sum, exhausted = 0, 0.0, 0.0, False
             while not self.stop_training:
                 size = self._execution_size(steps_per_epoch - done if steps_per_epoch else None)
                 if size <= 0:
                     break
                 callbacks.on_train_batch_begin(done)
-                steps, execution_loss, _ = self._run_execution(ModeKeys.TRAIN, function, iterator, size)
+                steps, execution_loss, execution_weight, _ = self._run_execution(
+                    ModeKeys.TRAIN, function, iterator, size
+                )
                 if steps and not math.isfinite(execution_loss):
                     raise FloatingPointError(
-                        f"The training loss became {execution_loss / steps} in the execution "
+                        f"The training loss became {self.last_execution_loss} in the execution "
                         f"ending at global step {self.global_step}. Training stopped before any "
                         "callback ran, so no checkpoint holds these weights. Check the input for "
                         "NaN/Inf, lower the learning rate, or clip gradients."
@@ -792,7 +750,8 @@ class EstimatorModel(keras.Model):
                 if steps:
                     done += steps
                     loss_sum += execution_loss
-                    logs = {"loss": loss_sum / done}
+                    weight_sum += execution_weight
+                    logs = {"loss": loss_sum / weight_sum}
                     callbacks.on_train_batch_end(done - 1, logs)
                 if steps < size:
                     exhausted = True
@@ -812,7 +771,7 @@ class EstimatorModel(keras.Model):
                     epoch,
                 )
                 break
-        self._flush_host(ModeKeys.TRAIN)
+        self._settings.host.finish(ModeKeys.TRAIN)
         callbacks.on_train_end(logs=epoch_logs)
         return self.history
 
@@ -846,26 +805,70 @@ class EstimatorModel(keras.Model):
         callbacks = keras.callbacks.CallbackList(
             list(callbacks or []) + self._settings.spec_hooks[ModeKeys.EVAL], add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
         )
-        logs: dict = {}
-
-        def on_end(step: int, mean_loss: float, outputs: Any) -> None:
-            logs["loss"] = mean_loss
-            callbacks.on_test_batch_end(step, dict(logs))
-
-        metrics = self._settings.metrics
-        if metrics is not None:
-            metrics.reset()
+        host = self._settings.host
+        if host.metrics is not None:
+            host.metrics.reset()
         callbacks.on_test_begin()
-        done = self._run_to_end(
-            ModeKeys.EVAL, function, iter(dataset), steps, callbacks.on_test_batch_begin, on_end
-        )
+        logs: dict = {}
+        done, loss_sum, weight_sum = 0, 0.0, 0.0
+        callbacks.on_test_batch_begin(0)
+        for first, count, execution_loss, execution_weight, _ in self._executions(
+            ModeKeys.EVAL, function, iter(dataset), steps
+        ):
+            done = first + count
+            loss_sum, weight_sum = loss_sum + execution_loss, weight_sum + execution_weight
+            logs["loss"] = loss_sum / max(weight_sum, 1e-12)
+            callbacks.on_test_batch_end(done - 1, dict(logs))
         if done == 0:
             raise ValueError("evaluate() ran no steps: the input is empty.")
-        self._flush_host(ModeKeys.EVAL)
-        if metrics is not None:
-            logs.update(metrics.result())
+        host.finish(ModeKeys.EVAL)
+        if host.metrics is not None:
+            logs.update(host.metrics.result())
         callbacks.on_test_end(logs)
         return dict(logs) if return_dict else logs["loss"]
+
+    def predict_batches(
+        self,
+        x: InputFn | tf.data.Dataset | Any,
+        batch_size: int | None = None,
+        verbose: str | int = "auto",
+        steps: int | None = None,
+        callbacks: list[keras.callbacks.Callback] | None = None,
+    ) -> Iterator[Any]:
+        """Yields the predictions of each step: only its real rows, in input order.
+
+        A step covers one global batch, so with an input of 100 rows and a
+        global batch of 16 the sizes are 16 (six times) and 4.
+
+        Example:
+
+        ```python
+        for batch in model.predict_batches(predict_input_fn):
+            print(batch["class"].shape)
+        ```
+        """
+        dataset = self.distribute_input(x, ModeKeys.PREDICT, batch_size)
+        function = self.make_predict_function()
+        callbacks = keras.callbacks.CallbackList(
+            list(callbacks or []) + self._settings.spec_hooks[ModeKeys.PREDICT],
+            add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self,
+        )
+        rows = self._settings.global_batch[ModeKeys.PREDICT]
+        callbacks.on_predict_begin()
+        callbacks.on_predict_batch_begin(0)
+        for first, count, _, _, outputs in self._executions(
+            ModeKeys.PREDICT, function, iter(dataset), steps
+        ):
+            predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), outputs)
+            for index in range(count):
+                keep = mask[index * rows : (index + 1) * rows] > 0.5
+                batch = tf.nest.map_structure(
+                    lambda t, i=index, k=keep: t[i * rows : (i + 1) * rows][k], predictions
+                )
+                yield batch
+            callbacks.on_predict_batch_end(first + count - 1, {"outputs": batch})
+        self._settings.host.finish(ModeKeys.PREDICT)
+        callbacks.on_predict_end()
 
     def predict(
         self,
@@ -877,9 +880,12 @@ class EstimatorModel(keras.Model):
     ) -> Any:
         """Runs `model_fn` in PREDICT mode; returns its predictions as NumPy arrays.
 
+        Every batch is padded to `params['batch_size']` rows per replica on the
+        device and the padded rows are dropped here, so the result has exactly
+        one row per input row, in input order, whatever the last batch's size.
+
         Returns:
-            The structure of `TPUEstimatorSpec.predictions` (usually a dict),
-            each array with one row per input row, in input order.
+            The structure of `TPUEstimatorSpec.predictions` (usually a dict).
 
         Example:
 
@@ -887,29 +893,13 @@ class EstimatorModel(keras.Model):
         predictions = model.predict(predict_input_fn)   # {"probabilities": array}
         ```
         """
-        dataset = self.distribute_input(x, ModeKeys.PREDICT, batch_size)
-        function = self.make_predict_function()
-        callbacks = keras.callbacks.CallbackList(
-            list(callbacks or []) + self._settings.spec_hooks[ModeKeys.PREDICT], add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
-        )
-        chunks: list = []
-
-        def on_end(step: int, mean_loss: float, outputs: Any) -> None:
-            chunks.append(tf.nest.map_structure(lambda t: t.numpy(), outputs))
-            callbacks.on_predict_batch_end(step, {"outputs": chunks[-1]})
-
-        callbacks.on_predict_begin()
-        self._run_to_end(
-            ModeKeys.PREDICT, function, iter(dataset), steps, callbacks.on_predict_batch_begin, on_end
-        )
-        self._flush_host(ModeKeys.PREDICT)
-        callbacks.on_predict_end()
-        if not chunks:
+        batches = list(self.predict_batches(x, batch_size, verbose, steps, callbacks))
+        if not batches:
             return tf.nest.map_structure(
                 lambda s: np.zeros([0] + s.shape[1:].as_list(), s.dtype.as_numpy_dtype),
-                self._settings.output_specs[ModeKeys.PREDICT],
+                self._settings.output_specs[ModeKeys.PREDICT][0],
             )
-        return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *chunks)
+        return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *batches)
 
     def call(self, inputs: Any, training: bool = False) -> Any:
         """Not supported: `model_fn` runs only inside the model's device loop.

@@ -130,7 +130,7 @@ def test_stop_at_step_validates_its_arguments():
 
 def test_loop_function_stops_at_the_end_of_input():
     def step(value):
-        return {"loss": tf.cast(tf.reduce_sum(value), tf.float32), "outputs": value}
+        return {"loss": tf.cast(tf.reduce_sum(value), tf.float32), "weight": 1.0, "outputs": value}
 
     loop = kte.loop.make_loop_function(
         tf.distribute.get_strategy(), step, output_spec=tf.TensorSpec([None], tf.int64)
