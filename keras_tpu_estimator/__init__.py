@@ -26,6 +26,7 @@ from keras_tpu_estimator.config import (
 )
 from keras_tpu_estimator.estimator import ExportSavedModelApiVersion, TPUEstimator
 from keras_tpu_estimator.model import EstimatorModel
+from keras_tpu_estimator.padding import padding_mask
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
 from keras_tpu_estimator.strategy import TPUContext, resolve_strategy
 from keras_tpu_estimator.variables import NewVariableAfterBuildError
@@ -53,6 +54,7 @@ __all__ = [
     "TPUEstimatorSpec",
     "WarmStartSettings",
     "checkpoint_step",
+    "padding_mask",
     "parse_iterations_per_loop",
     "resolve_strategy",
 ]

@@ -80,6 +80,7 @@ class _Settings:
     output_specs: dict = dataclasses.field(default_factory=dict)
     spec_hooks: dict = dataclasses.field(default_factory=dict)
     host_specs: dict = dataclasses.field(default_factory=dict)
+    element_specs: dict = dataclasses.field(default_factory=dict)
     host: HostRunner = dataclasses.field(default_factory=HostRunner)
     uses_keras_optimizer: bool = False
 
@@ -347,6 +348,7 @@ class EstimatorModel(keras.Model):
 
     def _build_mode(self, mode: str, element_spec: Any) -> None:
         """Traces `model_fn` once in `mode` in a throw-away graph, creating its variables."""
+        self._settings.element_specs[mode] = element_spec
         if mode in self._settings.output_specs:
             return
         features_spec, labels_spec, mask_spec = unpack(element_spec)
@@ -437,8 +439,20 @@ class EstimatorModel(keras.Model):
             return []
         return HostRunner.tensors(spec, mode) + ([mask] if mask is not None else [])
 
+    def _static(self, mode: str, data: Any) -> Any:
+        """`data` with the static per-replica shapes of the build.
+
+        `MirroredStrategy`'s iterators relax the batch dimension to None (to
+        allow partial batches); the padded batches are static, so restore it.
+        """
+        return tf.nest.map_structure(
+            lambda tensor, spec: tf.ensure_shape(tensor, spec.shape),
+            data,
+            self._settings.element_specs[mode],
+        )
+
     def _train_step(self, data: Any) -> dict:
-        features, labels, _ = unpack(data)
+        features, labels, _ = unpack(self._static(ModeKeys.TRAIN, data))
         step_variable = self._store.global_step.value
         before = step_variable.read_value()
         if self._settings.uses_keras_optimizer:
@@ -470,7 +484,7 @@ class EstimatorModel(keras.Model):
         return {"loss": loss, "weight": self._rows(features), "host": host}
 
     def _test_step(self, data: Any) -> dict:
-        features, labels, mask = unpack(data)
+        features, labels, mask = unpack(self._static(ModeKeys.EVAL, data))
         spec = self.call_model_fn(features, labels, ModeKeys.EVAL, mask)
         return {
             "loss": tf.cast(spec.loss, tf.float32),
@@ -479,7 +493,7 @@ class EstimatorModel(keras.Model):
         }
 
     def _predict_step(self, data: Any) -> dict:
-        features, labels, mask = unpack(data)
+        features, labels, mask = unpack(self._static(ModeKeys.PREDICT, data))
         spec = self.call_model_fn(features, labels, ModeKeys.PREDICT, mask)
         return {
             "loss": tf.constant(0.0),

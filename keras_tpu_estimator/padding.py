@@ -40,7 +40,9 @@ def padding_mask() -> tf.Tensor | None:
     ```python
     def model_fn(features, labels, mode, params):
         ...
-        mask = kte.padding_mask()
+        mask = kte.padding_mask()              # None in TRAIN: batches are not padded
+        if mask is None:
+            mask = tf.ones_like(labels[:, 0])
         per_row = tf.abs(predictions - labels)[:, 0]
         loss = tf.reduce_sum(per_row * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
     ```
