@@ -95,6 +95,46 @@ def bridge_runner(host_call):
     return lambda steps: model.fit(input_fn, callbacks=[kte.StopAtStep(steps=steps)], verbose=0)
 
 
+def predict_model_fn(features, labels, mode, params):
+    hidden = features["x"]
+    for i, units in enumerate([256, 256]):
+        hidden = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(hidden)
+    return kte.TPUEstimatorSpec(mode, predictions={"logits": keras.layers.Dense(10, name="logits")(hidden)})
+
+
+def predict_input_fn(params):
+    rng = np.random.RandomState(1)
+    x = rng.randn(BATCH * 1000, 784).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices({"x": x}).batch(params["batch_size"]).prefetch(tf.data.AUTOTUNE)
+
+
+def predict_runners():
+    """Prediction over 1000 full batches: the bridge pads every batch; the raw loop does not."""
+    model = kte.EstimatorModel(predict_model_fn, predict_batch_size=BATCH, steps_per_execution=SPE)
+    model.predict(predict_input_fn, verbose=0)
+    dense = [model.variables_by_name[f"{name}/{part}"] for name in ("dense_0", "dense_1", "logits") for part in ("kernel", "bias")]
+
+    @tf.function
+    def raw_loop(iterator, n):
+        outputs = tf.TensorArray(tf.float32, size=n)
+        for i in tf.range(n):
+            hidden = next(iterator)["x"]
+            for layer in range(3):
+                hidden = tf.matmul(hidden, dense[2 * layer]) + dense[2 * layer + 1]
+                hidden = tf.nn.relu(hidden) if layer < 2 else hidden
+            outputs = outputs.write(i, hidden)
+        return outputs.concat()
+
+    def raw(_):
+        iterator, rows = iter(predict_input_fn({"batch_size": BATCH})), []
+        for _ in range(1000 // SPE):
+            rows.append(raw_loop(iterator, tf.constant(SPE)).numpy())
+        return np.concatenate(rows)
+
+    raw(None)
+    return {"raw predict loop": raw, "bridge predict (padded)": lambda _: model.predict(predict_input_fn, verbose=0)}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=1000)
@@ -127,6 +167,20 @@ def main(argv=None):
     plain, host = summary["bridge, no host_call"], summary["bridge, scalar host_call"]
     print("host_call overhead (median, best, CPU): "
           + ", ".join(f"{100 * (a / b - 1):.1f}%" for a, b in zip(plain, host, strict=True)))
+
+    predictors = predict_runners()
+    times = {name: [] for name in predictors}
+    for _ in range(args.rounds):
+        for name, run in predictors.items():
+            start = time.perf_counter()
+            run(None)
+            times[name].append(time.perf_counter() - start)
+    raw_best, padded_best = min(times["raw predict loop"]), min(times["bridge predict (padded)"])
+    raw_median = statistics.median(times["raw predict loop"])
+    padded_median = statistics.median(times["bridge predict (padded)"])
+    print(f"predict 1000 batches of {BATCH}: raw {raw_median:.2f}s (best {raw_best:.2f}s), "
+          f"bridge padded {padded_median:.2f}s (best {padded_best:.2f}s); padded / raw: "
+          f"{padded_median / raw_median:.2f} median, {padded_best / raw_best:.2f} best")
     return summary
 
 

@@ -114,7 +114,14 @@ class HostFunction:
                 tf.compat.v1.global_variables_initializer(),
                 self._reset_locals,
             ]
-        self._session = tf.compat.v1.Session(graph=self._graph)
+        # Host ops are tiny: their own single-threaded pools keep them from
+        # queueing behind the device loop's kernels in the shared pools.
+        config = tf.compat.v1.ConfigProto(
+            inter_op_parallelism_threads=1,
+            intra_op_parallelism_threads=1,
+            use_per_session_threads=True,
+        )
+        self._session = tf.compat.v1.Session(graph=self._graph, config=config)
         self._session.run(init)
         # A prepared callable skips per-step fetch and feed processing (the hot path).
         self._step = self._session.make_callable(self._fetches, feed_list=self._placeholders)
