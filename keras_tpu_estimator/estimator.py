@@ -29,7 +29,8 @@ from keras_tpu_estimator.checkpoints import (
     restore_checkpoint,
 )
 from keras_tpu_estimator.config import RunConfig
-from keras_tpu_estimator.model import EstimatorModel, check_params
+from keras_tpu_estimator.model import EstimatorModel
+from keras_tpu_estimator.model_fn import check_params
 from keras_tpu_estimator.spec import InputFn, ModelFn, check_hooks
 
 _log = logging.getLogger("keras_tpu_estimator")

@@ -1,29 +1,25 @@
 """`EstimatorModel`: a Keras 3 model whose train, test and predict steps call a `model_fn`.
 
 The model coordinates; it implements none of the pieces. It takes the
-variable store from `variables.py`, the device loop from `loop.py`, input
-handling from `inputs.py` and strategy arithmetic from `strategy.py`, and
-drives executions from `fit`, `evaluate` and `predict` with Keras'
-`CallbackList` (history, progress bar, any stock callback).
+`model_fn` runner (calls, build-once, input, replica steps) from
+`model_fn.py`, the device loop from `loop.py` and the host side from
+`host.py`, and drives executions from `fit`, `evaluate` and `predict` with
+Keras' `CallbackList` (history, progress bar, any stock callback).
 
-It owns three rules:
+It owns two rules:
 
-- **Build once.** The first call of each mode traces `model_fn` in a
-  throw-away graph from the input's per-replica element spec; every variable
-  is created then. Later traces reuse variables by name.
 - **Exact executions.** Each execution runs
   `min(steps_per_execution, steps left in the epoch, stop_at_step - global_step)`
   steps; the count is a tensor, so the tail does not retrace.
-- **One global step per training step.** A `train_op` from a TF1 optimizer's
-  `minimize(loss, global_step=...)` increments `global_step`; if a step's
-  `train_op` leaves it unchanged, the model increments it.
+- **One global step per training step** (applied by the runner's train
+  step): a `train_op` from `minimize(loss, global_step=...)` increments
+  `global_step`; if a step's `train_op` leaves it unchanged, the step does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import logging
 import math
 import time
@@ -35,67 +31,13 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
-from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
-from keras_tpu_estimator.host import HostRunner
-from keras_tpu_estimator.inputs import (
-    call_input_fn,
-    function_args,
-    per_replica_spec,
-    placeholders,
-    static_batch_size,
-)
 from keras_tpu_estimator.loop import make_loop_function
-from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
-from keras_tpu_estimator.spec import (
-    EstimatorSpec,
-    InputFn,
-    ModeKeys,
-    ModelFn,
-    TPUEstimatorSpec,
-    check_spec,
-)
-from keras_tpu_estimator.strategy import TPUContext, per_replica_batch_size, resolve_strategy
-from keras_tpu_estimator.variables import VariableStore
+from keras_tpu_estimator.model_fn import ModelFnRunner, check_model_fn
+from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn
+from keras_tpu_estimator.strategy import resolve_strategy
 
 _log = logging.getLogger(__name__)
-RESERVED_PARAMS_KEYS = ("batch_size", "context")
-_BATCH_ARG = {
-    ModeKeys.TRAIN: "train_batch_size",
-    ModeKeys.EVAL: "eval_batch_size",
-    ModeKeys.PREDICT: "predict_batch_size",
-}
-
-
-@dataclasses.dataclass
-class _Settings:
-    """Plain holder, so Keras' attribute tracking leaves these values alone."""
-
-    model_fn: ModelFn
-    params: dict
-    config: RunConfig
-    use_tpu: bool
-    batch_sizes: dict
-    global_batch: dict = dataclasses.field(default_factory=dict)
-    output_specs: dict = dataclasses.field(default_factory=dict)
-    spec_hooks: dict = dataclasses.field(default_factory=dict)
-    host_specs: dict = dataclasses.field(default_factory=dict)
-    element_specs: dict = dataclasses.field(default_factory=dict)
-    host: HostRunner = dataclasses.field(default_factory=HostRunner)
-    uses_keras_optimizer: bool = False
-
-
-def check_params(params: Any) -> dict:
-    """Returns a copy of `params`, or raises the seed's reserved-key ValueError."""
-    params = dict(params or {})
-    reserved = [key for key in RESERVED_PARAMS_KEYS if key in params]
-    if reserved:
-        raise ValueError(
-            f"{list(RESERVED_PARAMS_KEYS)} are reserved keys but existed in params "
-            f"{params}. Remove {reserved} from params: the batch size comes from "
-            "train_batch_size/eval_batch_size/predict_batch_size."
-        )
-    return params
 
 
 class EstimatorModel(keras.Model):
@@ -154,14 +96,7 @@ class EstimatorModel(keras.Model):
         name: str = "estimator_model",
     ):
         super().__init__(name=name)
-        if not callable(model_fn):
-            raise TypeError(f"`model_fn` must be callable. Received: {model_fn!r}")
-        if "params" not in function_args(model_fn):
-            raise ValueError(
-                f"model_fn ({getattr(model_fn, '__name__', model_fn)}) does not include "
-                "params argument, required by TPUEstimator to pass batch size as "
-                "params['batch_size']. Add a `params` argument."
-            )
+        check_model_fn(model_fn)
         config = config or RunConfig()
         if not isinstance(config, RunConfig):
             raise ValueError(
@@ -190,24 +125,14 @@ class EstimatorModel(keras.Model):
                 strategy.num_replicas_in_sync,
             )
         self._distribute_strategy = strategy
-        self._settings = _Settings(
-            model_fn=model_fn,
-            params=check_params(params),
-            config=config,
-            use_tpu=bool(use_tpu),
-            batch_sizes={
-                ModeKeys.TRAIN: train_batch_size,
-                ModeKeys.EVAL: eval_batch_size,
-                ModeKeys.PREDICT: predict_batch_size,
-            },
-        )
-        for mode, size in self._settings.batch_sizes.items():
-            if size is not None:
-                per_replica_batch_size(size, self._num_replicas, _BATCH_ARG[mode])
         if config.tf_random_seed is not None:
             keras.utils.set_random_seed(config.tf_random_seed)
-        self._settings.host = HostRunner(config.tpu_config.experimental_host_call_every_n_steps)
-        self._store = VariableStore(self, strategy)
+        batch_sizes = {
+            ModeKeys.TRAIN: train_batch_size,
+            ModeKeys.EVAL: eval_batch_size,
+            ModeKeys.PREDICT: predict_batch_size,
+        }
+        self._runner = ModelFnRunner(self, model_fn, params, config, strategy, use_tpu, batch_sizes)
         self.stop_at_step: int | None = None
         self.last_execution_loss: float | None = None
         self._seconds_per_step: float | None = None
@@ -217,32 +142,32 @@ class EstimatorModel(keras.Model):
     @property
     def model_fn(self) -> ModelFn:
         """The user's `model_fn`."""
-        return self._settings.model_fn
+        return self._runner.model_fn
 
     @property
     def params(self) -> dict:
         """A copy of the user's params (without the keys the model adds)."""
-        return copy.deepcopy(self._settings.params)
+        return copy.deepcopy(self._runner.params)
 
     @property
     def config(self) -> RunConfig:
         """The `RunConfig`."""
-        return self._settings.config
+        return self._runner.config
 
     @property
     def global_step(self) -> int:
         """The current value of the `global_step` variable."""
-        return int(self._store.global_step.numpy())
+        return int(self._runner.store.global_step.numpy())
 
     @property
     def global_step_variable(self) -> keras.Variable:
         """The `global_step` variable (int64)."""
-        return self._store.global_step
+        return self._runner.store.global_step
 
     @property
     def variables_by_name(self) -> dict[str, keras.Variable]:
         """`{TF1 name: variable}` for every variable `model_fn` created."""
-        return self._store.variables_by_name
+        return self._runner.store.variables_by_name
 
     @property
     def checkpoint_variables(self) -> dict[str, keras.Variable]:
@@ -250,8 +175,8 @@ class EstimatorModel(keras.Model):
 
         The optimizer's are named `keras_optimizer/<path>`.
         """
-        variables = self._store.variables_by_name
-        if self._settings.uses_keras_optimizer and self.optimizer is not None:
+        variables = self._runner.store.variables_by_name
+        if self._runner.uses_keras_optimizer and self.optimizer is not None:
             for variable in self.optimizer.variables:
                 variables[f"keras_optimizer/{variable.path}"] = variable
         return variables
@@ -259,11 +184,11 @@ class EstimatorModel(keras.Model):
     @property
     def global_batch_size(self) -> int | None:
         """The global training batch size, once known."""
-        return self._settings.global_batch.get(ModeKeys.TRAIN) or self._settings.batch_sizes[ModeKeys.TRAIN]
+        return self._runner.global_batch.get(ModeKeys.TRAIN) or self._runner.batch_sizes[ModeKeys.TRAIN]
 
-    @property
-    def _num_replicas(self) -> int:
-        return self._distribute_strategy.num_replicas_in_sync if self._settings.use_tpu else 1
+    def call_model_fn(self, features: Any, labels: Any, mode: str, mask: Any = None) -> Any:
+        """Calls `model_fn` as the model's steps do (inside a trace); returns the checked spec."""
+        return self._runner.call_model_fn(features, labels, mode, mask)
 
     def compile(
         self,
@@ -306,213 +231,17 @@ class EstimatorModel(keras.Model):
         )
         self.train_function = self.test_function = self.predict_function = None
 
-    # ------------------------------------------------------------- model_fn
-    def _params_for(self, mode: str, input_context: Any = None) -> dict:
-        params = copy.deepcopy(self._settings.params)
-        global_batch = self._settings.global_batch.get(mode)
-        if global_batch is not None:
-            params["batch_size"] = global_batch // self._num_replicas
-        params["use_tpu"] = self._settings.use_tpu
-        if self._settings.use_tpu:
-            params["context"] = TPUContext(
-                self._distribute_strategy, mode, global_batch, input_context
-            )
-        return params
-
-    def call_model_fn(self, features: Any, labels: Any, mode: str, mask: Any = None) -> Any:
-        """Calls `model_fn` with the arguments it declares, inside the variable store.
-
-        Returns the checked spec. Use it inside a trace (a `tf.function` or a
-        build graph); it is how every step of this model calls `model_fn`.
-        """
-        model_fn = self._settings.model_fn
-        args = function_args(model_fn)
-        if labels is not None and "labels" not in args:
-            raise ValueError(
-                "model_fn does not take labels, but input_fn returns labels. Add a "
-                "`labels` argument to model_fn, or return only features from input_fn."
-            )
-        kwargs: dict[str, Any] = {"params": self._params_for(mode)}
-        for name, value in (("labels", labels), ("mode", mode), ("config", self.config)):
-            if name in args:
-                kwargs[name] = value
-        with self._store.scope(), mask_scope(mask):
-            if "features" in args:
-                spec = model_fn(features=features, **kwargs)
-            else:
-                spec = model_fn(features, **kwargs)
-        spec = check_spec(spec, mode, model_fn)
-        if isinstance(spec, EstimatorSpec) and spec.scaffold is not None:
-            _log.warning("EstimatorSpec.scaffold is ignored. Use TPUEstimatorSpec.scaffold_fn.")
-        return spec
-
-    def _build_mode(self, mode: str, element_spec: Any) -> None:
-        """Traces `model_fn` once in `mode` in a throw-away graph, creating its variables."""
-        self._settings.element_specs[mode] = element_spec
-        if mode in self._settings.output_specs:
-            return
-        features_spec, labels_spec, mask_spec = unpack(element_spec)
-        if _compat.is_tpu_strategy(self._distribute_strategy):
-            for name, spec in (("features", features_spec), ("labels", labels_spec)):
-                for tensor_spec in tf.nest.flatten(spec):
-                    if not tensor_spec.shape.is_fully_defined():
-                        raise ValueError(
-                            f"The {name} to the model returned by input_fn must have static "
-                            f"shape. Tensor: {tensor_spec}. Batch with drop_remainder=True."
-                        )
-        init_calls: list = []
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(self._store.creating())
-            stack.enter_context(_compat.default_replica_graph(f"build_{mode}"))
-            stack.enter_context(_compat.recording_init_from_checkpoint(init_calls))
-            features = placeholders(features_spec)
-            labels = None if labels_spec is None else placeholders(labels_spec)
-            mask = None if mask_spec is None else placeholders(mask_spec)
-            spec = self.call_model_fn(features, labels, mode, mask)
-            if isinstance(spec, TPUEstimatorSpec) and spec.scaffold_fn is not None:
-                with self._store.scope():
-                    if spec.scaffold_fn() is None:
-                        raise ValueError(
-                            "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
-                            "Return `tf.compat.v1.train.Scaffold()`."
-                        )
-            output_spec = None
-            if mode == ModeKeys.PREDICT:
-                output_spec = (self._prediction_spec(spec.predictions, mask_spec), mask_spec)
-        self._settings.host_specs[mode] = self._settings.host.record(
-            mode, spec, self._num_replicas, padded=mask_spec is not None
-        )
-        hooks = {
-            ModeKeys.TRAIN: "training_hooks",
-            ModeKeys.EVAL: "evaluation_hooks",
-            ModeKeys.PREDICT: "prediction_hooks",
-        }[mode]
-        self._settings.spec_hooks[mode] = list(getattr(spec, hooks))
-        for ckpt, assignment_map in init_calls:
-            init_from_checkpoint(self._store.variables_by_name, ckpt, assignment_map)
-        if mode == ModeKeys.TRAIN:
-            self._settings.uses_keras_optimizer = spec.train_op is None
-            if spec.train_op is None:
-                if self.optimizer is None:
-                    raise ValueError(
-                        "`model_fn` returned no `train_op` in TRAIN mode and the model has "
-                        "no optimizer. Return `train_op=optimizer.minimize(loss, "
-                        "global_step=...)`, or pass a Keras optimizer: "
-                        "`EstimatorModel(..., optimizer=keras.optimizers.Adam())`."
-                    )
-                with self._distribute_strategy.scope():
-                    self.optimizer.build(self.trainable_variables)
-        self._settings.output_specs[mode] = output_spec
-        self.built = True
-
-    @staticmethod
-    def _prediction_spec(predictions: Any, mask_spec: tf.TensorSpec) -> Any:
-        """Specs of `predictions`, which must be batch-major with the static batch."""
-        if not isinstance(predictions, (dict, tf.Tensor)):
-            raise TypeError(
-                "TPUEstimatorSpec.predictions must be dict of Tensors (or one Tensor). "
-                f"Received: {type(predictions).__name__}."
-            )
-        rows = mask_spec.shape[0]
-        items = predictions.items() if isinstance(predictions, dict) else [("predictions", predictions)]
-        for key, tensor in items:
-            if not isinstance(tensor, tf.Tensor):
-                raise TypeError(
-                    f"TPUEstimatorSpec.predictions[{key!r}] must be a Tensor. Received: "
-                    f"{type(tensor).__name__}."
-                )
-            if tensor.shape.rank == 0 or tensor.shape[0] != rows:
-                raise ValueError(
-                    f"The tensor with key ({key}) in TPUEstimatorSpec.predictions must be "
-                    f"batch-major with a static first dimension of params['batch_size'] "
-                    f"({rows}). Received shape {tensor.shape}."
-                )
-        return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), predictions)
-
-    # ---------------------------------------------------------------- steps
-    @staticmethod
-    def _rows(features: Any) -> tf.Tensor:
-        return tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
-
-    def _host_values(self, mode: str, spec: Any, mask: Any) -> list:
-        if self._settings.host_specs.get(mode) is None:
-            return []
-        return HostRunner.tensors(spec, mode) + ([mask] if mask is not None else [])
-
-    def _static(self, mode: str, data: Any) -> Any:
-        """`data` with the static per-replica shapes of the build.
-
-        `MirroredStrategy`'s iterators relax the batch dimension to None (to
-        allow partial batches); the padded batches are static, so restore it.
-        """
-        return tf.nest.map_structure(
-            lambda tensor, spec: tf.ensure_shape(tensor, spec.shape),
-            data,
-            self._settings.element_specs[mode],
-        )
-
-    def _train_step(self, data: Any) -> dict:
-        features, labels, _ = unpack(self._static(ModeKeys.TRAIN, data))
-        step_variable = self._store.global_step.value
-        before = step_variable.read_value()
-        if self._settings.uses_keras_optimizer:
-            variables = self.trainable_variables
-            with tf.GradientTape() as tape:
-                spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
-                loss = tf.cast(spec.loss, tf.float32)
-                scaled = loss / self._distribute_strategy.num_replicas_in_sync
-            gradients = tape.gradient(scaled, [v.value for v in variables])
-            self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
-            with tf.control_dependencies([tf.nest.flatten(gradients)[0]]):
-                done = step_variable.assign_add(1)
-        else:
-            spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
-            if spec.train_op is None:
-                raise ValueError(
-                    "`model_fn` returned a `train_op` when the model was built but None now. "
-                    "Return the same kind of spec on every call."
-                )
-            with tf.control_dependencies([spec.train_op]):
-                after = step_variable.read_value()
-            # 1 when the train_op left the step alone, else 0: no branch, so the
-            # cross-replica assignment stays outside control flow.
-            missed = tf.cast(tf.equal(after, before), tf.int64)
-            done = step_variable.assign_add(missed, read_value=False)
-        with tf.control_dependencies([done]):
-            loss = tf.identity(tf.cast(spec.loss, tf.float32))
-            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
-        return {"loss": loss, "weight": self._rows(features), "host": host}
-
-    def _test_step(self, data: Any) -> dict:
-        features, labels, mask = unpack(self._static(ModeKeys.EVAL, data))
-        spec = self.call_model_fn(features, labels, ModeKeys.EVAL, mask)
-        return {
-            "loss": tf.cast(spec.loss, tf.float32),
-            "weight": self._rows(features) if mask is None else tf.reduce_sum(mask),
-            "host": self._host_values(ModeKeys.EVAL, spec, mask),
-        }
-
-    def _predict_step(self, data: Any) -> dict:
-        features, labels, mask = unpack(self._static(ModeKeys.PREDICT, data))
-        spec = self.call_model_fn(features, labels, ModeKeys.PREDICT, mask)
-        return {
-            "loss": tf.constant(0.0),
-            "weight": tf.constant(0.0),
-            "outputs": (spec.predictions, mask),
-            "host": self._host_values(ModeKeys.PREDICT, spec, mask),
-        }
-
     def _make_function(self, mode: str) -> Callable:
         step = {
-            ModeKeys.TRAIN: self._train_step,
-            ModeKeys.EVAL: self._test_step,
-            ModeKeys.PREDICT: self._predict_step,
+            ModeKeys.TRAIN: self._runner.train_step,
+            ModeKeys.EVAL: self._runner.test_step,
+            ModeKeys.PREDICT: self._runner.predict_step,
         }[mode]
         strategy = self._distribute_strategy
 
         @contextlib.contextmanager
         def around_run() -> Any:
-            with self._store.scope():
+            with self._runner.store.scope():
                 if mode == ModeKeys.TRAIN:
                     with _compat.estimator_loss_scaling(strategy):
                         yield
@@ -523,8 +252,8 @@ class EstimatorModel(keras.Model):
             strategy,
             step,
             around_run=around_run,
-            output_spec=self._settings.output_specs.get(mode),
-            host_spec=self._settings.host_specs.get(mode),
+            output_spec=self._runner.output_specs.get(mode),
+            host_spec=self._runner.host_specs.get(mode),
         )
 
     def make_train_function(self, force: bool = False) -> Callable:
@@ -544,84 +273,6 @@ class EstimatorModel(keras.Model):
         if self.predict_function is None or force:
             self.predict_function = self._make_function(ModeKeys.PREDICT)
         return self.predict_function
-
-    # ---------------------------------------------------------------- input
-    def distribute_input(self, x: Any, mode: str, batch_size: int | None = None) -> Any:
-        """Turns an `input_fn`, a dataset or arrays into a distributed dataset; builds `mode`.
-
-        In EVAL and PREDICT every batch is padded to the static batch size with
-        a mask (`padding.py`), so a partial last batch needs no special care.
-
-        Returns:
-            A distributed dataset whose replicas see `params['batch_size']` rows.
-        """
-        strategy = self._distribute_strategy
-        pad = mode != ModeKeys.TRAIN
-        global_batch = batch_size or self._settings.batch_sizes[mode]
-        flat = [] if isinstance(x, tf.data.Dataset) or callable(x) else tf.nest.flatten(x)
-        if flat and all(isinstance(a, np.ndarray) for a in flat):
-            if global_batch is None:
-                raise ValueError(f"Pass `batch_size` (or `{_BATCH_ARG[mode]}`) with array input.")
-            x = tf.data.Dataset.from_tensor_slices(x).batch(global_batch, drop_remainder=not pad)
-        if isinstance(x, tf.data.Dataset):
-            static = static_batch_size(x.element_spec)
-            global_batch = global_batch if pad and global_batch else static or global_batch
-            if global_batch is None:
-                raise ValueError(
-                    f"The dataset's batch size is not static. Batch it with "
-                    f"`drop_remainder=True`, or pass `{_BATCH_ARG[mode]}`."
-                )
-            self._check_batch(static, global_batch, pad, "The dataset")
-            per_replica_batch_size(global_batch, self._num_replicas, _BATCH_ARG[mode])
-            self._settings.global_batch[mode] = global_batch
-            if pad:
-                x = pad_batches(x, global_batch)
-            self._build_mode(mode, per_replica_spec(x.element_spec, self._num_replicas))
-            if not self._settings.use_tpu:
-                return x
-            return strategy.experimental_distribute_dataset(x)
-        if not callable(x):
-            raise TypeError(
-                "Input must be an `input_fn(params)`, a tf.data.Dataset or NumPy arrays. "
-                f"Received: {type(x).__name__}"
-            )
-        if global_batch is None:
-            raise ValueError(
-                f"`{_BATCH_ARG[mode]}` is needed to call an input_fn: it sets "
-                f"params['batch_size']. Pass it to EstimatorModel."
-            )
-        per_replica = per_replica_batch_size(global_batch, self._num_replicas, _BATCH_ARG[mode])
-        self._settings.global_batch[mode] = global_batch
-        specs = []
-
-        def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
-            params = self._params_for(mode, input_context)
-            dataset = call_input_fn(x, mode, params, self.config, input_context)
-            self._check_batch(static_batch_size(dataset.element_spec), per_replica, pad, "input_fn")
-            if pad:
-                replicas = 1
-                if input_context is not None:
-                    replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
-                dataset = pad_batches(dataset, per_replica, replicas)
-            specs.append(dataset.element_spec)
-            return dataset
-
-        if not self._settings.use_tpu:
-            dataset = dataset_fn()
-        else:
-            dataset = strategy.distribute_datasets_from_function(dataset_fn)
-        self._build_mode(mode, specs[0])
-        return dataset
-
-    @staticmethod
-    def _check_batch(static: int | None, expected: int, pad: bool, source: str) -> None:
-        if static is None or static == expected or (pad and static < expected):
-            return
-        raise ValueError(
-            f"{source} returned batches of {static} rows, but params['batch_size'] is "
-            f"{expected}" + (" (the real batch size should not be greater than batch_size)" if pad else "")
-            + ". Batch with params['batch_size']."
-        )
 
     # --------------------------------------------------------------- driver
     def _execution_size(self, limit: int | None, training: bool = True) -> int:
@@ -673,7 +324,7 @@ class EstimatorModel(keras.Model):
             self.last_execution_loss = loss_sum / max(weight_sum, 1e-12)
         if result.host is not None and steps:
             host = [tensor.numpy() for tensor in result.host]
-            self._settings.host.submit(mode, host, first_step, steps)
+            self._runner.host.submit(mode, host, first_step, steps)
         return steps, loss_sum, weight_sum, result.outputs
 
     def fit(
@@ -718,10 +369,10 @@ class EstimatorModel(keras.Model):
                 "`validation_split` are not supported. Received: "
                 f"{sorted(['y'] * (y is not None) + list(kwargs))}"
             )
-        dataset = self.distribute_input(x, ModeKeys.TRAIN, batch_size)
+        dataset = self._runner.distribute_input(x, ModeKeys.TRAIN, batch_size)
         function = self.make_train_function()
         callbacks = keras.callbacks.CallbackList(
-            list(callbacks or []) + self._settings.spec_hooks[ModeKeys.TRAIN],
+            list(callbacks or []) + self._runner.spec_hooks[ModeKeys.TRAIN],
             add_history=True,
             add_progbar=verbose != 0,
             verbose=verbose,
@@ -785,7 +436,7 @@ class EstimatorModel(keras.Model):
                     epoch,
                 )
                 break
-        self._settings.host.finish(ModeKeys.TRAIN)
+        self._runner.host.finish(ModeKeys.TRAIN)
         callbacks.on_train_end(logs=epoch_logs)
         return self.history
 
@@ -814,12 +465,12 @@ class EstimatorModel(keras.Model):
         """
         if y is not None or kwargs:
             raise ValueError("EstimatorModel.evaluate takes its input as `x` only.")
-        dataset = self.distribute_input(x, ModeKeys.EVAL, batch_size)
+        dataset = self._runner.distribute_input(x, ModeKeys.EVAL, batch_size)
         function = self.make_test_function()
         callbacks = keras.callbacks.CallbackList(
-            list(callbacks or []) + self._settings.spec_hooks[ModeKeys.EVAL], add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
+            list(callbacks or []) + self._runner.spec_hooks[ModeKeys.EVAL], add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
         )
-        host = self._settings.host
+        host = self._runner.host
         if host.metrics is not None:
             host.metrics.reset()
         callbacks.on_test_begin()
@@ -861,13 +512,13 @@ class EstimatorModel(keras.Model):
             print(batch["class"].shape)
         ```
         """
-        dataset = self.distribute_input(x, ModeKeys.PREDICT, batch_size)
+        dataset = self._runner.distribute_input(x, ModeKeys.PREDICT, batch_size)
         function = self.make_predict_function()
         callbacks = keras.callbacks.CallbackList(
-            list(callbacks or []) + self._settings.spec_hooks[ModeKeys.PREDICT],
+            list(callbacks or []) + self._runner.spec_hooks[ModeKeys.PREDICT],
             add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self,
         )
-        rows = self._settings.global_batch[ModeKeys.PREDICT]
+        rows = self._runner.global_batch[ModeKeys.PREDICT]
         callbacks.on_predict_begin()
         callbacks.on_predict_batch_begin(0)
         for first, count, _, _, outputs in self._executions(
@@ -881,7 +532,7 @@ class EstimatorModel(keras.Model):
                 )
                 yield batch
             callbacks.on_predict_batch_end(first + count - 1, {"outputs": batch})
-        self._settings.host.finish(ModeKeys.PREDICT)
+        self._runner.host.finish(ModeKeys.PREDICT)
         callbacks.on_predict_end()
 
     def predict(
@@ -911,7 +562,7 @@ class EstimatorModel(keras.Model):
         if not batches:
             return tf.nest.map_structure(
                 lambda s: np.zeros([0] + s.shape[1:].as_list(), s.dtype.as_numpy_dtype),
-                self._settings.output_specs[ModeKeys.PREDICT][0],
+                self._runner.output_specs[ModeKeys.PREDICT][0],
             )
         return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *batches)
 

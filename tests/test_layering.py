@@ -8,9 +8,10 @@ LAYERS = {
     "spec": 1, "config": 1,
     "strategy": 2, "variables": 2, "inputs": 2, "checkpoints": 2,
     "loop": 3, "host": 3, "padding": 3,
-    "model": 4,
-    "callbacks": 5,
-    "estimator": 6,
+    "model_fn": 4,
+    "model": 5,
+    "callbacks": 6,
+    "estimator": 7,
 }
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_tpu_estimator"
 

@@ -1,0 +1,406 @@
+"""Running a `model_fn`: how it is called, built once, fed, and turned into replica steps.
+
+`ModelFnRunner` owns the run-time side of the model_fn contract, for one
+Keras model (its *owner*, which tracks the variables and holds any Keras
+optimizer):
+
+- **calls**: `model_fn` gets only the arguments it declares, a fresh copy of
+  `params` with `batch_size` (per replica), `use_tpu` and `context`, inside
+  the variable store and with the batch's padding mask available;
+- **build once**: the first call of each mode traces `model_fn` in a
+  throw-away graph from the per-replica element spec, creating every variable,
+  running `scaffold_fn`, replaying `init_from_checkpoint`, and recording what
+  the host and the device loop will need;
+- **input**: an `input_fn`, a dataset or arrays become a distributed dataset
+  of `params['batch_size']` rows per replica (padded in EVAL and PREDICT);
+- **steps**: the per-replica train, test and predict steps the device loop runs.
+
+It leaves the loop to `loop.py`, the host side to `host.py` and the Keras API
+(`fit`, `evaluate`, `predict`) to `model.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu_estimator import _compat
+from keras_tpu_estimator.checkpoints import init_from_checkpoint
+from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.host import HostRunner
+from keras_tpu_estimator.inputs import (
+    call_input_fn,
+    function_args,
+    per_replica_spec,
+    placeholders,
+    static_batch_size,
+)
+from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
+from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, ModelFn, TPUEstimatorSpec, check_spec
+from keras_tpu_estimator.strategy import TPUContext, per_replica_batch_size
+from keras_tpu_estimator.variables import VariableStore
+
+_log = logging.getLogger(__name__)
+RESERVED_PARAMS_KEYS = ("batch_size", "context")
+BATCH_ARG = {
+    ModeKeys.TRAIN: "train_batch_size",
+    ModeKeys.EVAL: "eval_batch_size",
+    ModeKeys.PREDICT: "predict_batch_size",
+}
+
+
+def check_params(params: Any) -> dict:
+    """Returns a copy of `params`, or raises the seed's reserved-key ValueError."""
+    params = dict(params or {})
+    reserved = [key for key in RESERVED_PARAMS_KEYS if key in params]
+    if reserved:
+        raise ValueError(
+            f"{list(RESERVED_PARAMS_KEYS)} are reserved keys but existed in params "
+            f"{params}. Remove {reserved} from params: the batch size comes from "
+            "train_batch_size/eval_batch_size/predict_batch_size."
+        )
+    return params
+
+
+def check_model_fn(model_fn: Any) -> None:
+    """Raises the seed's errors for a `model_fn` that is not callable or lacks `params`."""
+    if not callable(model_fn):
+        raise TypeError(f"`model_fn` must be callable. Received: {model_fn!r}")
+    if "params" not in function_args(model_fn):
+        raise ValueError(
+            f"model_fn ({getattr(model_fn, '__name__', model_fn)}) does not include "
+            "params argument, required by TPUEstimator to pass batch size as "
+            "params['batch_size']. Add a `params` argument."
+        )
+
+
+class ModelFnRunner:
+    """Calls, builds, feeds and steps one `model_fn` for one Keras model.
+
+    Args:
+        owner: The `keras.Model` that tracks the variables (and holds any Keras optimizer).
+        model_fn: The user's `model_fn`.
+        params: The user's params (checked; copied per call).
+        config: `RunConfig`.
+        strategy: The owner's `tf.distribute.Strategy`.
+        use_tpu: Strategy path (per-replica batches, `params['context']`) or not.
+        batch_sizes: `{mode: global batch size or None}`.
+
+    Example:
+
+    ```python
+    runner = ModelFnRunner(model, model_fn, {}, RunConfig(), strategy, True,
+                           {"train": 64, "eval": None, "infer": None})
+    dataset = runner.distribute_input(input_fn, ModeKeys.TRAIN)   # builds TRAIN
+    ```
+    """
+
+    def __init__(
+        self,
+        owner: keras.Model,
+        model_fn: ModelFn,
+        params: dict,
+        config: RunConfig,
+        strategy: tf.distribute.Strategy,
+        use_tpu: bool,
+        batch_sizes: dict,
+    ):
+        check_model_fn(model_fn)
+        self._owner = owner
+        self.model_fn = model_fn
+        self.params = check_params(params)
+        self.config = config
+        self.strategy = strategy
+        self.use_tpu = bool(use_tpu)
+        self.batch_sizes = dict(batch_sizes)
+        self.num_replicas = strategy.num_replicas_in_sync if use_tpu else 1
+        for mode, size in self.batch_sizes.items():
+            if size is not None:
+                per_replica_batch_size(size, self.num_replicas, BATCH_ARG[mode])
+        self.store = VariableStore(owner, strategy)
+        self.host = HostRunner(config.tpu_config.experimental_host_call_every_n_steps)
+        self.global_batch: dict = {}
+        self.output_specs: dict = {}
+        self.spec_hooks: dict = {}
+        self.host_specs: dict = {}
+        self.element_specs: dict = {}
+        self.uses_keras_optimizer = False
+
+    def params_for(self, mode: str, input_context: Any = None) -> dict:
+        params = copy.deepcopy(self.params)
+        global_batch = self.global_batch.get(mode)
+        if global_batch is not None:
+            params["batch_size"] = global_batch // self.num_replicas
+        params["use_tpu"] = self.use_tpu
+        if self.use_tpu:
+            params["context"] = TPUContext(
+                self.strategy, mode, global_batch, input_context
+            )
+        return params
+
+    def call_model_fn(self, features: Any, labels: Any, mode: str, mask: Any = None) -> Any:
+        """Calls `model_fn` with the arguments it declares, inside the variable store.
+
+        Returns the checked spec. Use it inside a trace (a `tf.function` or a
+        build graph); it is how every step of this model calls `model_fn`.
+        """
+        model_fn = self.model_fn
+        args = function_args(model_fn)
+        if labels is not None and "labels" not in args:
+            raise ValueError(
+                "model_fn does not take labels, but input_fn returns labels. Add a "
+                "`labels` argument to model_fn, or return only features from input_fn."
+            )
+        kwargs: dict[str, Any] = {"params": self.params_for(mode)}
+        for name, value in (("labels", labels), ("mode", mode), ("config", self.config)):
+            if name in args:
+                kwargs[name] = value
+        with self.store.scope(), mask_scope(mask):
+            if "features" in args:
+                spec = model_fn(features=features, **kwargs)
+            else:
+                spec = model_fn(features, **kwargs)
+        spec = check_spec(spec, mode, model_fn)
+        if isinstance(spec, EstimatorSpec) and spec.scaffold is not None:
+            _log.warning("EstimatorSpec.scaffold is ignored. Use TPUEstimatorSpec.scaffold_fn.")
+        return spec
+
+    def build(self, mode: str, element_spec: Any) -> None:
+        """Traces `model_fn` once in `mode` in a throw-away graph, creating its variables."""
+        self.element_specs[mode] = element_spec
+        if mode in self.output_specs:
+            return
+        features_spec, labels_spec, mask_spec = unpack(element_spec)
+        if _compat.is_tpu_strategy(self.strategy):
+            for name, spec in (("features", features_spec), ("labels", labels_spec)):
+                for tensor_spec in tf.nest.flatten(spec):
+                    if not tensor_spec.shape.is_fully_defined():
+                        raise ValueError(
+                            f"The {name} to the model returned by input_fn must have static "
+                            f"shape. Tensor: {tensor_spec}. Batch with drop_remainder=True."
+                        )
+        init_calls: list = []
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.store.creating())
+            stack.enter_context(_compat.default_replica_graph(f"build_{mode}"))
+            stack.enter_context(_compat.recording_init_from_checkpoint(init_calls))
+            features = placeholders(features_spec)
+            labels = None if labels_spec is None else placeholders(labels_spec)
+            mask = None if mask_spec is None else placeholders(mask_spec)
+            spec = self.call_model_fn(features, labels, mode, mask)
+            if isinstance(spec, TPUEstimatorSpec) and spec.scaffold_fn is not None:
+                with self.store.scope():
+                    if spec.scaffold_fn() is None:
+                        raise ValueError(
+                            "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
+                            "Return `tf.compat.v1.train.Scaffold()`."
+                        )
+            output_spec = None
+            if mode == ModeKeys.PREDICT:
+                output_spec = (self._prediction_spec(spec.predictions, mask_spec), mask_spec)
+        self.host_specs[mode] = self.host.record(
+            mode, spec, self.num_replicas, padded=mask_spec is not None
+        )
+        hooks = {
+            ModeKeys.TRAIN: "training_hooks",
+            ModeKeys.EVAL: "evaluation_hooks",
+            ModeKeys.PREDICT: "prediction_hooks",
+        }[mode]
+        self.spec_hooks[mode] = list(getattr(spec, hooks))
+        for ckpt, assignment_map in init_calls:
+            init_from_checkpoint(self.store.variables_by_name, ckpt, assignment_map)
+        if mode == ModeKeys.TRAIN:
+            self.uses_keras_optimizer = spec.train_op is None
+            if spec.train_op is None:
+                if self._owner.optimizer is None:
+                    raise ValueError(
+                        "`model_fn` returned no `train_op` in TRAIN mode and the model has "
+                        "no optimizer. Return `train_op=optimizer.minimize(loss, "
+                        "global_step=...)`, or pass a Keras optimizer: "
+                        "`EstimatorModel(..., optimizer=keras.optimizers.Adam())`."
+                    )
+                with self.strategy.scope():
+                    self._owner.optimizer.build(self._owner.trainable_variables)
+        self.output_specs[mode] = output_spec
+        self._owner.built = True
+
+    @staticmethod
+    def _prediction_spec(predictions: Any, mask_spec: tf.TensorSpec) -> Any:
+        """Specs of `predictions`, which must be batch-major with the static batch."""
+        if not isinstance(predictions, (dict, tf.Tensor)):
+            raise TypeError(
+                "TPUEstimatorSpec.predictions must be dict of Tensors (or one Tensor). "
+                f"Received: {type(predictions).__name__}."
+            )
+        rows = mask_spec.shape[0]
+        items = predictions.items() if isinstance(predictions, dict) else [("predictions", predictions)]
+        for key, tensor in items:
+            if not isinstance(tensor, tf.Tensor):
+                raise TypeError(
+                    f"TPUEstimatorSpec.predictions[{key!r}] must be a Tensor. Received: "
+                    f"{type(tensor).__name__}."
+                )
+            if tensor.shape.rank == 0 or tensor.shape[0] != rows:
+                raise ValueError(
+                    f"The tensor with key ({key}) in TPUEstimatorSpec.predictions must be "
+                    f"batch-major with a static first dimension of params['batch_size'] "
+                    f"({rows}). Received shape {tensor.shape}."
+                )
+        return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), predictions)
+
+    # ---------------------------------------------------------------- steps
+    @staticmethod
+    def _rows(features: Any) -> tf.Tensor:
+        return tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
+
+    def _host_values(self, mode: str, spec: Any, mask: Any) -> list:
+        if self.host_specs.get(mode) is None:
+            return []
+        return HostRunner.tensors(spec, mode) + ([mask] if mask is not None else [])
+
+    def _static(self, mode: str, data: Any) -> Any:
+        """`data` with the static per-replica shapes of the build.
+
+        `MirroredStrategy`'s iterators relax the batch dimension to None (to
+        allow partial batches); the padded batches are static, so restore it.
+        """
+        return tf.nest.map_structure(
+            lambda tensor, spec: tf.ensure_shape(tensor, spec.shape),
+            data,
+            self.element_specs[mode],
+        )
+
+    def train_step(self, data: Any) -> dict:
+        features, labels, _ = unpack(self._static(ModeKeys.TRAIN, data))
+        step_variable = self.store.global_step.value
+        before = step_variable.read_value()
+        if self.uses_keras_optimizer:
+            variables = self._owner.trainable_variables
+            with tf.GradientTape() as tape:
+                spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
+                loss = tf.cast(spec.loss, tf.float32)
+                scaled = loss / self.strategy.num_replicas_in_sync
+            gradients = tape.gradient(scaled, [v.value for v in variables])
+            self._owner.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            with tf.control_dependencies([tf.nest.flatten(gradients)[0]]):
+                done = step_variable.assign_add(1)
+        else:
+            spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
+            if spec.train_op is None:
+                raise ValueError(
+                    "`model_fn` returned a `train_op` when the model was built but None now. "
+                    "Return the same kind of spec on every call."
+                )
+            with tf.control_dependencies([spec.train_op]):
+                after = step_variable.read_value()
+            # 1 when the train_op left the step alone, else 0: no branch, so the
+            # cross-replica assignment stays outside control flow.
+            missed = tf.cast(tf.equal(after, before), tf.int64)
+            done = step_variable.assign_add(missed, read_value=False)
+        with tf.control_dependencies([done]):
+            loss = tf.identity(tf.cast(spec.loss, tf.float32))
+            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
+        return {"loss": loss, "weight": self._rows(features), "host": host}
+
+    def test_step(self, data: Any) -> dict:
+        features, labels, mask = unpack(self._static(ModeKeys.EVAL, data))
+        spec = self.call_model_fn(features, labels, ModeKeys.EVAL, mask)
+        return {
+            "loss": tf.cast(spec.loss, tf.float32),
+            "weight": self._rows(features) if mask is None else tf.reduce_sum(mask),
+            "host": self._host_values(ModeKeys.EVAL, spec, mask),
+        }
+
+    def predict_step(self, data: Any) -> dict:
+        features, labels, mask = unpack(self._static(ModeKeys.PREDICT, data))
+        spec = self.call_model_fn(features, labels, ModeKeys.PREDICT, mask)
+        return {
+            "loss": tf.constant(0.0),
+            "weight": tf.constant(0.0),
+            "outputs": (spec.predictions, mask),
+            "host": self._host_values(ModeKeys.PREDICT, spec, mask),
+        }
+
+    # ---------------------------------------------------------------- input
+    def distribute_input(self, x: Any, mode: str, batch_size: int | None = None) -> Any:
+        """Turns an `input_fn`, a dataset or arrays into a distributed dataset; builds `mode`.
+
+        In EVAL and PREDICT every batch is padded to the static batch size with
+        a mask (`padding.py`), so a partial last batch needs no special care.
+
+        Returns:
+            A distributed dataset whose replicas see `params['batch_size']` rows.
+        """
+        strategy = self.strategy
+        pad = mode != ModeKeys.TRAIN
+        global_batch = batch_size or self.batch_sizes[mode]
+        flat = [] if isinstance(x, tf.data.Dataset) or callable(x) else tf.nest.flatten(x)
+        if flat and all(isinstance(a, np.ndarray) for a in flat):
+            if global_batch is None:
+                raise ValueError(f"Pass `batch_size` (or `{BATCH_ARG[mode]}`) with array input.")
+            x = tf.data.Dataset.from_tensor_slices(x).batch(global_batch, drop_remainder=not pad)
+        if isinstance(x, tf.data.Dataset):
+            static = static_batch_size(x.element_spec)
+            global_batch = global_batch if pad and global_batch else static or global_batch
+            if global_batch is None:
+                raise ValueError(
+                    f"The dataset's batch size is not static. Batch it with "
+                    f"`drop_remainder=True`, or pass `{BATCH_ARG[mode]}`."
+                )
+            self._check_batch(static, global_batch, pad, "The dataset")
+            per_replica_batch_size(global_batch, self.num_replicas, BATCH_ARG[mode])
+            self.global_batch[mode] = global_batch
+            if pad:
+                x = pad_batches(x, global_batch)
+            self.build(mode, per_replica_spec(x.element_spec, self.num_replicas))
+            if not self.use_tpu:
+                return x
+            return strategy.experimental_distribute_dataset(x)
+        if not callable(x):
+            raise TypeError(
+                "Input must be an `input_fn(params)`, a tf.data.Dataset or NumPy arrays. "
+                f"Received: {type(x).__name__}"
+            )
+        if global_batch is None:
+            raise ValueError(
+                f"`{BATCH_ARG[mode]}` is needed to call an input_fn: it sets "
+                f"params['batch_size']. Pass it to EstimatorModel."
+            )
+        per_replica = per_replica_batch_size(global_batch, self.num_replicas, BATCH_ARG[mode])
+        self.global_batch[mode] = global_batch
+        specs = []
+
+        def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
+            params = self.params_for(mode, input_context)
+            dataset = call_input_fn(x, mode, params, self.config, input_context)
+            self._check_batch(static_batch_size(dataset.element_spec), per_replica, pad, "input_fn")
+            if pad:
+                replicas = 1
+                if input_context is not None:
+                    replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+                dataset = pad_batches(dataset, per_replica, replicas)
+            specs.append(dataset.element_spec)
+            return dataset
+
+        if not self.use_tpu:
+            dataset = dataset_fn()
+        else:
+            dataset = strategy.distribute_datasets_from_function(dataset_fn)
+        self.build(mode, specs[0])
+        return dataset
+
+    @staticmethod
+    def _check_batch(static: int | None, expected: int, pad: bool, source: str) -> None:
+        if static is None or static == expected or (pad and static < expected):
+            return
+        raise ValueError(
+            f"{source} returned batches of {static} rows, but params['batch_size'] is "
+            f"{expected}" + (" (the real batch size should not be greater than batch_size)" if pad else "")
+            + ". Batch with params['batch_size']."
+        )
