@@ -14,8 +14,14 @@ estimator.train(input_fn, max_steps=1000)
 ```
 """
 
-from keras_tpu_estimator import _compat
-from keras_tpu_estimator.callbacks import CheckpointSaver, StepLogger, StepSummaries, StopAtStep
+from keras_tpu_estimator import _compat, export
+from keras_tpu_estimator.callbacks import (
+    CheckpointSaver,
+    SavedModelExporter,
+    StepLogger,
+    StepSummaries,
+    StopAtStep,
+)
 from keras_tpu_estimator.checkpoints import WarmStartSettings, checkpoint_step
 from keras_tpu_estimator.config import (
     InputPipelineConfig,
@@ -45,6 +51,7 @@ __all__ = [
     "ModeKeys",
     "NewVariableAfterBuildError",
     "RunConfig",
+    "SavedModelExporter",
     "StepLogger",
     "StepSummaries",
     "StopAtStep",
@@ -54,6 +61,7 @@ __all__ = [
     "TPUEstimatorSpec",
     "WarmStartSettings",
     "checkpoint_step",
+    "export",
     "padding_mask",
     "parse_iterations_per_loop",
     "resolve_strategy",

@@ -187,3 +187,31 @@ def recording_init_from_checkpoint(calls: list) -> Iterator[None]:
         yield
     finally:
         module.init_from_checkpoint = original
+
+
+@contextlib.contextmanager
+def keras_layer_variables_named_by_path() -> Iterator[None]:
+    """In a TF1 graph, names Keras-layer variables by Keras' path (`dense_1/kernel`).
+
+    Graph name scopes are uniquified (`dense_1_1`), Keras paths are not; a
+    trailing "/" makes the name absolute for `tf.Variable` in graph mode.
+    """
+
+    def creator(next_creator: Any, **kwargs: Any) -> Any:
+        path = keras_name_path()
+        if path:
+            kwargs["name"] = f"{path}/{kwargs.get('name') or 'Variable'}/"
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        yield
+
+
+def mark_variables_saved(builder: Any) -> None:
+    """Lets `tf.compat.v1.saved_model.Builder.add_meta_graph` follow variables saved by hand.
+
+    Sets `SavedModelBuilder._has_saved_variables` (TF 2.21): a TPU-only export
+    saves variables from a CPU graph, since no session can run in a graph of
+    `tpu.rewrite` ops on a CPU.
+    """
+    builder._has_saved_variables = True

@@ -13,13 +13,16 @@ step. It does so through the model's public `stop_at_step` attribute, which
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from keras_tpu_estimator.checkpoints import CheckpointKeeper
+from keras_tpu_estimator.checkpoints import CheckpointKeeper, write_checkpoint
+from keras_tpu_estimator.export import export_saved_model
 
 _log = logging.getLogger("keras_tpu_estimator")
 
@@ -229,3 +232,67 @@ class StepLogger(keras.callbacks.Callback):
             rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
             _log.info("loss = %g, step = %d (%.3f global_step/sec)", self.model.last_execution_loss, step, rate)
             self._last_step, self._last_time = step, now
+
+
+class SavedModelExporter(keras.callbacks.Callback):
+    """Exports a SavedModel of an `EstimatorModel` at the end of `fit`, or every N steps.
+
+    Args:
+        export_dir_base: Exports go to `export_dir_base/<unix time>`.
+        serving_input_receiver_fn: Returns a `ServingInputReceiver`.
+        every_n_steps: Also export at the first execution boundary this many
+            steps after the previous export; None exports only at the end.
+        keep: Keep this many newest exports (None keeps all).
+        export_to_cpu, export_to_tpu, api_version: As `TPUEstimator`'s export.
+
+    Example:
+
+    ```python
+    model.fit(input_fn, callbacks=[StopAtStep(steps=1000),
+                                   SavedModelExporter("/tmp/export", receiver_fn, keep=3)])
+    ```
+    """
+
+    def __init__(
+        self,
+        export_dir_base: str,
+        serving_input_receiver_fn: Any,
+        every_n_steps: int | None = None,
+        keep: int | None = None,
+        export_to_cpu: bool = True,
+        export_to_tpu: bool = False,
+        api_version: int = 1,
+    ):
+        super().__init__()
+        _check_steps("every_n_steps", every_n_steps)
+        _check_steps("keep", keep)
+        self.export_dir_base = export_dir_base
+        self.serving_input_receiver_fn = serving_input_receiver_fn
+        self.every_n_steps = every_n_steps
+        self.keep = keep
+        self._options = {"export_to_cpu": export_to_cpu, "export_to_tpu": export_to_tpu, "api_version": api_version}
+        self.exports: list[str] = []
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._last_step = self.model.global_step
+
+    def _export(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            prefix = write_checkpoint(f"{scratch}/model.ckpt", self.model.checkpoint_variables)
+            path = export_saved_model(
+                self.export_dir_base, self.serving_input_receiver_fn, self.model.model_fn, prefix,
+                params=self.model.params, config=self.model.config, **self._options,
+            )
+        self.exports.append(path)
+        self._last_step = self.model.global_step
+        if self.keep:
+            while len(self.exports) > self.keep:
+                shutil.rmtree(self.exports.pop(0), ignore_errors=True)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self.every_n_steps and self.model.global_step - self._last_step >= self.every_n_steps:
+            self._export()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if not self.exports or self._last_step != self.model.global_step:
+            self._export()

@@ -29,9 +29,10 @@ from keras_tpu_estimator.checkpoints import (
     restore_checkpoint,
 )
 from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.export import export_saved_model
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.model_fn import check_params
-from keras_tpu_estimator.spec import InputFn, ModelFn, check_hooks
+from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn, check_hooks
 
 _log = logging.getLogger("keras_tpu_estimator")
 
@@ -339,6 +340,52 @@ class TPUEstimator:
                 continue
             for i in range(len(next(iter(batch.values())))):
                 yield {key: value[i] for key, value in batch.items()}
+
+
+    def export_saved_model(
+        self,
+        export_dir_base: str,
+        serving_input_receiver_fn: Any,
+        assets_extra: dict | None = None,
+        as_text: bool = False,
+        checkpoint_path: str | None = None,
+        experimental_mode: str = ModeKeys.PREDICT,
+    ) -> str:
+        """Exports the latest (or given) checkpoint as a SavedModel under `export_dir_base/<time>`.
+
+        Writes the `serve` MetaGraph (`export_to_cpu`) and the `serve, tpu`
+        MetaGraph (`export_to_tpu`; PREDICT only), variables once, to a
+        temporary directory renamed when complete.
+
+        Returns:
+            The export directory.
+
+        Example:
+
+        ```python
+        path = estimator.export_saved_model("/tmp/export", serving_input_receiver_fn)
+        ```
+        """
+        if experimental_mode != ModeKeys.PREDICT:
+            raise ValueError(
+                f"Only PREDICT export is supported. Received: experimental_mode={experimental_mode!r}"
+            )
+        checkpoint = self._require_checkpoint(checkpoint_path)
+        return export_saved_model(
+            export_dir_base,
+            serving_input_receiver_fn,
+            self._model_fn,
+            checkpoint,
+            params=self._params,
+            config=self._config,
+            export_to_cpu=self.export_to_cpu,
+            export_to_tpu=self.export_to_tpu,
+            api_version=self.export_saved_model_api_version.value,
+            assets_extra=assets_extra,
+            as_text=as_text,
+        )
+
+    export_savedmodel = export_saved_model
 
 
 class _RestoreOrWarmStart(keras.callbacks.Callback):

@@ -1,0 +1,385 @@
+"""SavedModel export for CPU and TPU serving, with the Estimator's export vocabulary.
+
+TF 2.21 has no `tf.estimator.export`; this module rebuilds what TPUEstimator
+programs use: `ServingInputReceiver`, `TensorServingInputReceiver`, the
+parsing and raw receiver builders, and `PredictOutput`, `ClassificationOutput`,
+`RegressionOutput`. `export_saved_model` exports as the Estimator did: in a
+TF1 graph it calls the user's `serving_input_receiver_fn` (which may build
+`tf.compat.v1.placeholder`s) and `model_fn` in PREDICT mode, restores the
+TF1-named checkpoint, and writes a `{serve}` MetaGraph and, for TPU serving,
+a `{serve, tpu}` MetaGraph (the model wrapped in `tf.compat.v1.tpu.rewrite`
+for API V1, or called with `params['use_tpu']=True` for V2). Variables are
+saved once. The SavedModel is written under a temporary name and renamed
+when complete.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import tensorflow as tf
+
+from keras_tpu_estimator import _compat
+from keras_tpu_estimator.inputs import function_args
+from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_spec
+
+_log = logging.getLogger("keras_tpu_estimator")
+DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
+SERVE, TPU = tf.saved_model.SERVING, "tpu"
+
+
+def _as_dict(value: Any, default_key: str) -> dict:
+    return dict(value) if isinstance(value, Mapping) else {default_key: value}
+
+
+class ServingInputReceiver(
+    collections.namedtuple("ServingInputReceiver", ["features", "receiver_tensors", "receiver_tensors_alternatives"])
+):
+    """What a `serving_input_receiver_fn` returns: features for `model_fn`, inputs for serving.
+
+    Args:
+        features: A tensor or dict of tensors passed to `model_fn` (a single
+            tensor becomes `{"feature": t}`).
+        receiver_tensors: The serving inputs: a tensor or dict (a single
+            tensor becomes `{"input": t}`).
+        receiver_tensors_alternatives: Not supported; must be None.
+
+    Example:
+
+    ```python
+    def serving_input_receiver_fn():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        return ServingInputReceiver({"x": x}, {"x": x})
+    ```
+    """
+
+    def __new__(cls, features: Any, receiver_tensors: Any, receiver_tensors_alternatives: Any = None):
+        if receiver_tensors_alternatives:
+            raise ValueError("`receiver_tensors_alternatives` is not supported; export one receiver.")
+        return super().__new__(cls, _as_dict(features, "feature"), _as_dict(receiver_tensors, "input"), None)
+
+
+class TensorServingInputReceiver(
+    collections.namedtuple("TensorServingInputReceiver", ["features", "receiver_tensors", "receiver_tensors_alternatives"])
+):
+    """Like `ServingInputReceiver`, but `model_fn` receives the single tensor `features` as is.
+
+    Example:
+
+    ```python
+    x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+    TensorServingInputReceiver(features=x, receiver_tensors=x)
+    ```
+    """
+
+    def __new__(cls, features: Any, receiver_tensors: Any, receiver_tensors_alternatives: Any = None):
+        if receiver_tensors_alternatives:
+            raise ValueError("`receiver_tensors_alternatives` is not supported; export one receiver.")
+        if isinstance(features, Mapping):
+            raise TypeError("TensorServingInputReceiver takes one tensor as `features`, not a dict.")
+        return super().__new__(cls, features, _as_dict(receiver_tensors, "input"), None)
+
+
+def build_parsing_serving_input_receiver_fn(
+    feature_spec: Mapping[str, Any], default_batch_size: int | None = None
+) -> Callable[[], ServingInputReceiver]:
+    """A receiver fn that parses serialized `tf.Example`s fed to the `examples` input.
+
+    Example:
+
+    ```python
+    fn = build_parsing_serving_input_receiver_fn(
+        {"x": tf.io.FixedLenFeature([4], tf.float32)})
+    ```
+    """
+
+    def serving_input_receiver_fn() -> ServingInputReceiver:
+        examples = tf.compat.v1.placeholder(tf.string, [default_batch_size], name="input_example_tensor")
+        features = tf.io.parse_example(examples, feature_spec)
+        return ServingInputReceiver(features, {"examples": examples})
+
+    return serving_input_receiver_fn
+
+
+def build_raw_serving_input_receiver_fn(
+    features: Mapping[str, Any] | Any, default_batch_size: int | None = None
+) -> Callable[[], ServingInputReceiver]:
+    """A receiver fn whose inputs are placeholders shaped like `features` (tensors or specs).
+
+    Example:
+
+    ```python
+    fn = build_raw_serving_input_receiver_fn({"x": tf.TensorSpec([None, 4], tf.float32)})
+    ```
+    """
+
+    def serving_input_receiver_fn() -> ServingInputReceiver:
+        placeholders = {}
+        for name, value in _as_dict(features, "feature").items():
+            shape = [default_batch_size] + list(value.shape[1:])
+            placeholders[name] = tf.compat.v1.placeholder(value.dtype, shape, name=name)
+        if not isinstance(features, Mapping):
+            return ServingInputReceiver(placeholders["feature"], placeholders["feature"])
+        return ServingInputReceiver(placeholders, placeholders)
+
+    return serving_input_receiver_fn
+
+
+class PredictOutput:
+    """A `predict` signature: `outputs` (a tensor or dict of tensors) by name.
+
+    Example:
+
+    ```python
+    export_outputs={"serving_default": PredictOutput({"y": y})}
+    ```
+    """
+
+    def __init__(self, outputs: Any):
+        self.outputs = _as_dict(outputs, "output")
+
+    def as_signature_def(self, receiver_tensors: dict) -> Any:
+        return tf.compat.v1.saved_model.predict_signature_def(receiver_tensors, self.outputs)
+
+
+class ClassificationOutput:
+    """A `classify` signature with `scores` and/or `classes` (string) for one `examples` input.
+
+    With inputs other than one string tensor it is written as a `predict`
+    signature with the same output keys (`scores`, `classes`).
+
+    Example:
+
+    ```python
+    export_outputs={"classify": ClassificationOutput(scores=probabilities)}
+    ```
+    """
+
+    def __init__(self, scores: Any = None, classes: Any = None):
+        if scores is None and classes is None:
+            raise ValueError("ClassificationOutput needs `scores` or `classes`.")
+        self.scores, self.classes = scores, classes
+
+    @property
+    def outputs(self) -> dict:
+        return {k: v for k, v in (("scores", self.scores), ("classes", self.classes)) if v is not None}
+
+    def as_signature_def(self, receiver_tensors: dict) -> Any:
+        examples = list(receiver_tensors.values())
+        if len(examples) == 1 and examples[0].dtype == tf.string:
+            return tf.compat.v1.saved_model.classification_signature_def(examples[0], self.classes, self.scores)
+        return tf.compat.v1.saved_model.predict_signature_def(receiver_tensors, self.outputs)
+
+
+class RegressionOutput:
+    """A `regress` signature with one `value` for one `examples` input (else `predict`).
+
+    Example:
+
+    ```python
+    export_outputs={"regress": RegressionOutput(value=y)}
+    ```
+    """
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    @property
+    def outputs(self) -> dict:
+        return {"outputs": self.value}
+
+    def as_signature_def(self, receiver_tensors: dict) -> Any:
+        examples = list(receiver_tensors.values())
+        if len(examples) == 1 and examples[0].dtype == tf.string:
+            return tf.compat.v1.saved_model.regression_signature_def(examples[0], self.value)
+        return tf.compat.v1.saved_model.predict_signature_def(receiver_tensors, self.outputs)
+
+
+_EXPORT_OUTPUT_TYPES = (PredictOutput, ClassificationOutput, RegressionOutput)
+
+
+def _export_outputs(spec: Any) -> dict:
+    outputs = spec.export_outputs
+    if not outputs:
+        return {DEFAULT_SERVING_SIGNATURE_DEF_KEY: PredictOutput(spec.predictions)}
+    for key, output in outputs.items():
+        if not isinstance(output, _EXPORT_OUTPUT_TYPES):
+            raise ValueError(
+                "`export_output` must be have type `ClassificationOutput`, `RegressionOutput`, or "
+                f"`PredictOutput`; got {output!r} under {key!r}. Use keras_tpu_estimator's classes."
+            )
+    if DEFAULT_SERVING_SIGNATURE_DEF_KEY not in outputs and len(outputs) == 1:
+        outputs = {DEFAULT_SERVING_SIGNATURE_DEF_KEY: next(iter(outputs.values())), **outputs}
+    return dict(outputs)
+
+
+def _call_model_fn(model_fn: ModelFn, features: Any, params: dict, config: Any) -> Any:
+    args = function_args(model_fn)
+    kwargs: dict[str, Any] = {"params": params}
+    for name, value in (("labels", None), ("mode", ModeKeys.PREDICT), ("config", config)):
+        if name in args:
+            kwargs[name] = value
+    with _compat.keras_layer_variables_named_by_path(), _compat.fresh_keras_auto_names():
+        spec = model_fn(features=features, **kwargs) if "features" in args else model_fn(features, **kwargs)
+    return check_spec(spec, ModeKeys.PREDICT, model_fn)
+
+
+def _rebuild(output: Any, tensors: list) -> Any:
+    """`output` with its tensors replaced by `tensors` (the outputs of `tpu.rewrite`)."""
+    if isinstance(output, PredictOutput):
+        return PredictOutput(dict(zip(sorted(output.outputs), tensors, strict=True)))
+    if isinstance(output, ClassificationOutput):
+        values = dict(zip(sorted(output.outputs), tensors, strict=True))
+        return ClassificationOutput(values.get("scores"), values.get("classes"))
+    return RegressionOutput(tensors[0])
+
+
+def _build_graph(
+    model_fn: ModelFn,
+    receiver_fn: Callable[[], Any],
+    params: dict,
+    config: Any,
+    tpu_rewrite: bool,
+) -> tuple[tf.Graph, dict, Any]:
+    """Builds the serving graph; returns it, its signature map and a Saver by TF1 name."""
+    graph = tf.Graph()
+    with graph.as_default():
+        receiver = receiver_fn()
+        if not isinstance(receiver, (ServingInputReceiver, TensorServingInputReceiver)):
+            raise TypeError(
+                "serving_input_receiver_fn must return a ServingInputReceiver or "
+                f"TensorServingInputReceiver. Received: {type(receiver).__name__}"
+            )
+        tf.compat.v1.train.get_or_create_global_step()
+        if not tpu_rewrite:
+            outputs = _export_outputs(_call_model_fn(model_fn, receiver.features, params, config))
+        else:
+            flat = tf.nest.flatten(receiver.features)
+            structure: dict = {}
+
+            def computation(*inputs: Any) -> list:
+                features = tf.nest.pack_sequence_as(receiver.features, list(inputs))
+                built = _export_outputs(_call_model_fn(model_fn, features, params, config))
+                structure.update(built)
+                return [t for key in sorted(built) for _, t in sorted(built[key].outputs.items())]
+
+            results = tf.compat.v1.tpu.rewrite(computation, flat)
+            outputs, start = {}, 0
+            for key in sorted(structure):
+                count = len(structure[key].outputs)
+                outputs[key] = _rebuild(structure[key], results[start : start + count])
+                start += count
+        signatures = {key: output.as_signature_def(receiver.receiver_tensors) for key, output in outputs.items()}
+        variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
+        saver = tf.compat.v1.train.Saver(variables, sharded=True, allow_empty=True)
+    return graph, signatures, saver
+
+
+def _restore(graph: tf.Graph, saver: Any, checkpoint: str) -> tf.compat.v1.Session:
+    reader = tf.train.load_checkpoint(checkpoint)
+    with graph.as_default():
+        missing = sorted(
+            v.op.name for v in tf.compat.v1.global_variables() if not reader.has_tensor(v.op.name)
+        )
+    if missing:
+        raise ValueError(
+            f"The checkpoint {checkpoint} has no value for the serving graph's variables {missing}. "
+            "Export from a checkpoint written for this model_fn."
+        )
+    session = tf.compat.v1.Session(graph=graph)
+    saver.restore(session, checkpoint)
+    return session
+
+
+def _unique_export_dir(export_dir_base: str) -> str:
+    stamp = int(time.time())
+    while tf.io.gfile.exists(os.path.join(export_dir_base, str(stamp))):
+        stamp += 1
+    return os.path.join(export_dir_base, str(stamp))
+
+
+def export_saved_model(
+    export_dir_base: str,
+    serving_input_receiver_fn: Callable[[], Any],
+    model_fn: ModelFn,
+    checkpoint: str,
+    params: Mapping[str, Any] | None = None,
+    config: Any = None,
+    export_to_cpu: bool = True,
+    export_to_tpu: bool = True,
+    api_version: int = 1,
+    assets_extra: Mapping[str, str] | None = None,
+    as_text: bool = False,
+) -> str:
+    """Writes a SavedModel of `model_fn` at `checkpoint` under a new timestamped directory.
+
+    Args:
+        export_dir_base: Parent directory; the export goes to `<base>/<unix time>`.
+        serving_input_receiver_fn: Returns a `ServingInputReceiver`.
+        model_fn: The user's `model_fn`, called in PREDICT mode.
+        checkpoint: A TF1-named checkpoint prefix.
+        params: `params` for `model_fn` (no `batch_size`; `use_tpu` is set per MetaGraph).
+        config: `RunConfig` passed to `model_fn` when it takes one.
+        export_to_cpu: Write the `serve` MetaGraph.
+        export_to_tpu: Write the `serve, tpu` MetaGraph.
+        api_version: 1 wraps the model in `tf.compat.v1.tpu.rewrite`; 2 calls
+            `model_fn` with `params['use_tpu']=True` and leaves TPU calls to it.
+        assets_extra: `{destination under assets.extra: source path}` to copy in.
+        as_text: Write `saved_model.pbtxt`.
+
+    Returns:
+        The export directory.
+
+    Example:
+
+    ```python
+    path = export_saved_model("/tmp/export", receiver_fn, model_fn, "/tmp/m/model.ckpt-100")
+    tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
+    ```
+    """
+    if not (export_to_cpu or export_to_tpu):
+        raise ValueError("One of export_to_cpu and export_to_tpu must be true.")
+    final = _unique_export_dir(export_dir_base)
+    temporary = os.path.join(export_dir_base, f"temp-{os.path.basename(final)}")
+    tf.io.gfile.makedirs(export_dir_base)
+    try:
+        builder = tf.compat.v1.saved_model.Builder(temporary)
+        cpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": False}
+        graph, signatures, saver = _build_graph(model_fn, serving_input_receiver_fn, cpu_params, config, False)
+        with graph.as_default(), _restore(graph, saver, checkpoint) as session:
+            if export_to_cpu:
+                builder.add_meta_graph_and_variables(
+                    session, [SERVE], signature_def_map=signatures, saver=saver, strip_default_attrs=True
+                )
+            else:
+                variables_dir = os.path.join(temporary, tf.saved_model.VARIABLES_DIRECTORY)
+                tf.io.gfile.makedirs(variables_dir)
+                saver.save(session, os.path.join(variables_dir, tf.saved_model.VARIABLES_FILENAME),
+                           write_meta_graph=False, write_state=False)
+                _compat.mark_variables_saved(builder)
+        if export_to_tpu:
+            tpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": True}
+            graph, signatures, saver = _build_graph(
+                model_fn, serving_input_receiver_fn, tpu_params, config, tpu_rewrite=api_version == 1
+            )
+            with graph.as_default():
+                builder.add_meta_graph([SERVE, TPU], signature_def_map=signatures, saver=saver, strip_default_attrs=True)
+        builder.save(as_text)
+        for destination, source in (assets_extra or {}).items():
+            target = os.path.join(temporary, "assets.extra", destination)
+            tf.io.gfile.makedirs(os.path.dirname(target))
+            tf.io.gfile.copy(source, target, overwrite=True)
+        tf.io.gfile.rename(temporary, final)
+    except BaseException:
+        if tf.io.gfile.exists(temporary):
+            shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    _log.info("Exported SavedModel to %s.", final)
+    return final
