@@ -16,12 +16,13 @@ when complete.
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import tensorflow as tf
@@ -298,6 +299,18 @@ def _restore(graph: tf.Graph, saver: Any, checkpoint: str) -> tf.compat.v1.Sessi
     return session
 
 
+@contextlib.contextmanager
+def _quiet_tensorflow_logs() -> Iterator[None]:
+    """TF1's saver and builder log every step at INFO; keep warnings only while exporting."""
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _unique_export_dir(export_dir_base: str) -> str:
     stamp = int(time.time())
     while tf.io.gfile.exists(os.path.join(export_dir_base, str(stamp))):
@@ -350,28 +363,9 @@ def export_saved_model(
     temporary = os.path.join(export_dir_base, f"temp-{os.path.basename(final)}")
     tf.io.gfile.makedirs(export_dir_base)
     try:
-        builder = tf.compat.v1.saved_model.Builder(temporary)
-        cpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": False}
-        graph, signatures, saver = _build_graph(model_fn, serving_input_receiver_fn, cpu_params, config, False)
-        with graph.as_default(), _restore(graph, saver, checkpoint) as session:
-            if export_to_cpu:
-                builder.add_meta_graph_and_variables(
-                    session, [SERVE], signature_def_map=signatures, saver=saver, strip_default_attrs=True
-                )
-            else:
-                variables_dir = os.path.join(temporary, tf.saved_model.VARIABLES_DIRECTORY)
-                tf.io.gfile.makedirs(variables_dir)
-                saver.save(session, os.path.join(variables_dir, tf.saved_model.VARIABLES_FILENAME),
-                           write_meta_graph=False, write_state=False)
-                _compat.mark_variables_saved(builder)
-        if export_to_tpu:
-            tpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": True}
-            graph, signatures, saver = _build_graph(
-                model_fn, serving_input_receiver_fn, tpu_params, config, tpu_rewrite=api_version == 1
-            )
-            with graph.as_default():
-                builder.add_meta_graph([SERVE, TPU], signature_def_map=signatures, saver=saver, strip_default_attrs=True)
-        builder.save(as_text)
+        with _quiet_tensorflow_logs():
+            _write(temporary, serving_input_receiver_fn, model_fn, checkpoint, params, config,
+                   export_to_cpu, export_to_tpu, api_version, as_text)
         for destination, source in (assets_extra or {}).items():
             target = os.path.join(temporary, "assets.extra", destination)
             tf.io.gfile.makedirs(os.path.dirname(target))
@@ -383,3 +377,40 @@ def export_saved_model(
         raise
     _log.info("Exported SavedModel to %s.", final)
     return final
+
+
+def _write(
+    temporary: str,
+    serving_input_receiver_fn: Callable[[], Any],
+    model_fn: ModelFn,
+    checkpoint: str,
+    params: Mapping[str, Any] | None,
+    config: Any,
+    export_to_cpu: bool,
+    export_to_tpu: bool,
+    api_version: int,
+    as_text: bool,
+) -> None:
+    """Writes the SavedModel's MetaGraphs and variables into `temporary`."""
+    builder = tf.compat.v1.saved_model.Builder(temporary)
+    cpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": False}
+    graph, signatures, saver = _build_graph(model_fn, serving_input_receiver_fn, cpu_params, config, False)
+    with graph.as_default(), _restore(graph, saver, checkpoint) as session:
+        if export_to_cpu:
+            builder.add_meta_graph_and_variables(
+                session, [SERVE], signature_def_map=signatures, saver=saver, strip_default_attrs=True
+            )
+        else:
+            variables_dir = os.path.join(temporary, tf.saved_model.VARIABLES_DIRECTORY)
+            tf.io.gfile.makedirs(variables_dir)
+            saver.save(session, os.path.join(variables_dir, tf.saved_model.VARIABLES_FILENAME),
+                       write_meta_graph=False, write_state=False)
+            _compat.mark_variables_saved(builder)
+    if export_to_tpu:
+        tpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": True}
+        graph, signatures, saver = _build_graph(
+            model_fn, serving_input_receiver_fn, tpu_params, config, tpu_rewrite=api_version == 1
+        )
+        with graph.as_default():
+            builder.add_meta_graph([SERVE, TPU], signature_def_map=signatures, saver=saver, strip_default_attrs=True)
+    builder.save(as_text)
