@@ -244,3 +244,18 @@ def test_dict_tensors_that_do_not_match_the_function_raise_type_error(strategy):
     model = make(model_fn, strategy, k=2)
     with pytest.raises(TypeError, match="wrong"):
         model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=1)], verbose=0)
+
+
+def test_a_host_call_that_returns_nothing_still_writes_its_summaries(tmp_path, strategy):
+    def model_fn(features, labels, mode, params):
+        step = tf.reshape(tf.compat.v1.train.get_or_create_global_step(), [1])
+        spec = models.get_variable_mlp(features, labels, mode, params)
+
+        def host_fn(step, loss):  # no return value
+            with tf.summary.create_file_writer(str(tmp_path)).as_default():
+                tf.summary.scalar("silent", loss[0], step=step[0])
+
+        return spec._replace(host_call=(host_fn, [step, tf.reshape(spec.loss, [1])]))
+
+    make(model_fn, strategy, k=3).fit(models.input_fn, callbacks=[kte.StopAtStep(steps=5)], verbose=0)
+    assert event_steps(tmp_path, "silent") == [0, 1, 2, 3, 4]
