@@ -355,7 +355,9 @@ class TPUEstimator:
 
         Writes the `serve` MetaGraph (`export_to_cpu`) and the `serve, tpu`
         MetaGraph (`export_to_tpu`; PREDICT only), variables once, to a
-        temporary directory renamed when complete.
+        temporary directory renamed when complete. `experimental_mode` TRAIN or
+        EVAL exports a CPU `train` / `eval` MetaGraph from a
+        `SupervisedInputReceiver` (with `export_to_tpu`, a warning, as before).
 
         Returns:
             The export directory.
@@ -366,10 +368,6 @@ class TPUEstimator:
         path = estimator.export_saved_model("/tmp/export", serving_input_receiver_fn)
         ```
         """
-        if experimental_mode != ModeKeys.PREDICT:
-            raise ValueError(
-                f"Only PREDICT export is supported. Received: experimental_mode={experimental_mode!r}"
-            )
         checkpoint = self._require_checkpoint(checkpoint_path)
         return export_saved_model(
             export_dir_base,
@@ -383,6 +381,7 @@ class TPUEstimator:
             api_version=self.export_saved_model_api_version.value,
             assets_extra=assets_extra,
             as_text=as_text,
+            mode=experimental_mode,
         )
 
     export_savedmodel = export_saved_model

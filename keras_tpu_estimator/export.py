@@ -88,6 +88,51 @@ class TensorServingInputReceiver(
         return super().__new__(cls, features, _as_dict(receiver_tensors, "input"), None)
 
 
+class SupervisedInputReceiver(
+    collections.namedtuple("SupervisedInputReceiver", ["features", "labels", "receiver_tensors"])
+):
+    """Inputs of a TRAIN or EVAL export: features and labels for `model_fn`, and the serving inputs.
+
+    Example:
+
+    ```python
+    x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    SupervisedInputReceiver({"x": x}, y, {"x": x, "y": y})
+    ```
+    """
+
+    def __new__(cls, features: Any, labels: Any, receiver_tensors: Any):
+        return super().__new__(cls, features, labels, _as_dict(receiver_tensors, "input"))
+
+
+def build_raw_supervised_input_receiver_fn(
+    features: Mapping[str, Any] | Any, labels: Any, default_batch_size: int | None = None
+) -> Callable[[], SupervisedInputReceiver]:
+    """A receiver fn for TRAIN/EVAL export whose inputs are placeholders shaped like `features` and `labels`.
+
+    Example:
+
+    ```python
+    fn = build_raw_supervised_input_receiver_fn(
+        {"x": tf.TensorSpec([None, 4], tf.float32)}, tf.TensorSpec([None, 1], tf.float32))
+    ```
+    """
+
+    def receiver_fn() -> SupervisedInputReceiver:
+        def placeholder(value: Any, name: str) -> Any:
+            return tf.compat.v1.placeholder(value.dtype, [default_batch_size] + list(value.shape[1:]), name=name)
+
+        feature_placeholders = {k: placeholder(v, k) for k, v in _as_dict(features, "feature").items()}
+        if not isinstance(features, Mapping):
+            feature_placeholders = feature_placeholders["feature"]
+        label_placeholder = placeholder(labels, "labels")
+        receiver = dict(_as_dict(feature_placeholders, "feature"), labels=label_placeholder)
+        return SupervisedInputReceiver(feature_placeholders, label_placeholder, receiver)
+
+    return receiver_fn
+
+
 def build_parsing_serving_input_receiver_fn(
     feature_spec: Mapping[str, Any], default_batch_size: int | None = None
 ) -> Callable[[], ServingInputReceiver]:
@@ -221,15 +266,64 @@ def _export_outputs(spec: Any) -> dict:
     return dict(outputs)
 
 
-def _call_model_fn(model_fn: ModelFn, features: Any, params: dict, config: Any) -> Any:
+def _call_model_fn(
+    model_fn: ModelFn, features: Any, params: dict, config: Any, mode: str = ModeKeys.PREDICT, labels: Any = None
+) -> Any:
     args = function_args(model_fn)
     kwargs: dict[str, Any] = {"params": params}
-    for name, value in (("labels", None), ("mode", ModeKeys.PREDICT), ("config", config)):
+    for name, value in (("labels", labels), ("mode", mode), ("config", config)):
         if name in args:
             kwargs[name] = value
     with _compat.keras_layer_variables_named_by_path(), _compat.fresh_keras_auto_names():
         spec = model_fn(features=features, **kwargs) if "features" in args else model_fn(features, **kwargs)
-    return check_spec(spec, ModeKeys.PREDICT, model_fn)
+    return check_spec(spec, mode, model_fn)
+
+
+# SavedModel tags and method names of the Estimator's supervised exports.
+_SUPERVISED = {
+    ModeKeys.TRAIN: ("train", "tensorflow/supervised/training"),
+    ModeKeys.EVAL: ("eval", "tensorflow/supervised/eval"),
+}
+
+
+def _build_supervised_graph(
+    model_fn: ModelFn, receiver_fn: Callable[[], Any], params: dict, config: Any, mode: str
+) -> tuple[tf.Graph, dict, Any, Any]:
+    """The TRAIN or EVAL graph: outputs `loss` (after the train_op) and `metrics/<name>/value|update_op`."""
+    graph = tf.Graph()
+    with graph.as_default():
+        receiver = receiver_fn()
+        if not isinstance(receiver, SupervisedInputReceiver):
+            raise TypeError(
+                f"Exporting mode {mode!r} needs a receiver fn that returns a SupervisedInputReceiver "
+                f"(features and labels). Received: {type(receiver).__name__}"
+            )
+        tf.compat.v1.train.get_or_create_global_step()
+        spec = _call_model_fn(model_fn, receiver.features, params, config, mode, receiver.labels)
+        outputs = {"loss": spec.loss}
+        if mode == ModeKeys.TRAIN:
+            if spec.train_op is None:
+                raise ValueError("Exporting TRAIN needs a model_fn that returns a TF1 `train_op`.")
+            with tf.control_dependencies([spec.train_op]):
+                outputs["loss"] = tf.identity(spec.loss)
+        metrics = getattr(spec, "eval_metric_ops", None) or {}
+        if mode == ModeKeys.EVAL and getattr(spec, "eval_metrics", None) is not None:
+            metric_fn, tensors = spec.eval_metrics
+            metrics = metric_fn(**tensors) if isinstance(tensors, dict) else metric_fn(*tensors)
+        for name, (value, update) in metrics.items():
+            outputs[f"metrics/{name}/value"] = value
+            outputs[f"metrics/{name}/update_op"] = update
+        info = tf.compat.v1.saved_model.utils.build_tensor_info
+        signature = tf.compat.v1.saved_model.signature_def_utils.build_signature_def(
+            inputs={k: info(v) for k, v in receiver.receiver_tensors.items()},
+            outputs={k: info(v) for k, v in outputs.items()},
+            method_name=_SUPERVISED[mode][1],
+        )
+        saver = tf.compat.v1.train.Saver(
+            {v.op.name: v for v in tf.compat.v1.global_variables()}, sharded=True, allow_empty=True
+        )
+        local_init = tf.compat.v1.local_variables_initializer()
+    return graph, {mode: signature}, saver, local_init
 
 
 def _rebuild(output: Any, tensors: list) -> Any:
@@ -330,6 +424,7 @@ def export_saved_model(
     api_version: int = 1,
     assets_extra: Mapping[str, str] | None = None,
     as_text: bool = False,
+    mode: str = ModeKeys.PREDICT,
 ) -> str:
     """Writes a SavedModel of `model_fn` at `checkpoint` under a new timestamped directory.
 
@@ -346,6 +441,9 @@ def export_saved_model(
             `model_fn` with `params['use_tpu']=True` and leaves TPU calls to it.
         assets_extra: `{destination under assets.extra: source path}` to copy in.
         as_text: Write `saved_model.pbtxt`.
+        mode: PREDICT (serving); TRAIN or EVAL write one CPU MetaGraph tagged
+            `train` / `eval` from a `SupervisedInputReceiver`, with a signature
+            of the same name (`loss`, `metrics/<name>/value|update_op`).
 
     Returns:
         The export directory.
@@ -359,13 +457,24 @@ def export_saved_model(
     """
     if not (export_to_cpu or export_to_tpu):
         raise ValueError("One of export_to_cpu and export_to_tpu must be true.")
+    if mode not in (ModeKeys.PREDICT, ModeKeys.TRAIN, ModeKeys.EVAL):
+        raise ValueError(f"`mode` must be one of train, eval, infer. Received: {mode!r}")
+    if mode != ModeKeys.PREDICT and export_to_tpu:
+        _log.warning(
+            "TPUEstimator only handles mode PREDICT for exporting when `export_to_tpu` is `True`; "
+            "Mode %s will be ignored for TPU.", mode,
+        )
     final = _unique_export_dir(export_dir_base)
     temporary = os.path.join(export_dir_base, f"temp-{os.path.basename(final)}")
     tf.io.gfile.makedirs(export_dir_base)
     try:
         with _quiet_tensorflow_logs():
-            _write(temporary, serving_input_receiver_fn, model_fn, checkpoint, params, config,
-                   export_to_cpu, export_to_tpu, api_version, as_text)
+            if mode == ModeKeys.PREDICT:
+                _write(temporary, serving_input_receiver_fn, model_fn, checkpoint, params, config,
+                       export_to_cpu, export_to_tpu, api_version, as_text)
+            else:
+                _write_supervised(temporary, serving_input_receiver_fn, model_fn, checkpoint, params,
+                                  config, mode, as_text)
         for destination, source in (assets_extra or {}).items():
             target = os.path.join(temporary, "assets.extra", destination)
             tf.io.gfile.makedirs(os.path.dirname(target))
@@ -413,4 +522,26 @@ def _write(
         )
         with graph.as_default():
             builder.add_meta_graph([SERVE, TPU], signature_def_map=signatures, saver=saver, strip_default_attrs=True)
+    builder.save(as_text)
+
+
+def _write_supervised(
+    temporary: str,
+    receiver_fn: Callable[[], Any],
+    model_fn: ModelFn,
+    checkpoint: str,
+    params: Mapping[str, Any] | None,
+    config: Any,
+    mode: str,
+    as_text: bool,
+) -> None:
+    """Writes a TRAIN or EVAL MetaGraph (CPU only) and its variables into `temporary`."""
+    builder = tf.compat.v1.saved_model.Builder(temporary)
+    cpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": False}
+    graph, signatures, saver, local_init = _build_supervised_graph(model_fn, receiver_fn, cpu_params, config, mode)
+    with graph.as_default(), _restore(graph, saver, checkpoint) as session:
+        builder.add_meta_graph_and_variables(
+            session, [_SUPERVISED[mode][0]], signature_def_map=signatures, saver=saver,
+            main_op=local_init, strip_default_attrs=True,
+        )
     builder.save(as_text)

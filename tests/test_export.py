@@ -43,7 +43,7 @@ def trained(tmp_path_factory):
 def make(model_dir, **kwargs):
     config = kte.RunConfig(model_dir=str(model_dir), tpu_config=kte.TPUConfig(iterations_per_loop=2))
     return kte.TPUEstimator(model_fn, config=config, params={"optimizer": "sgd"}, train_batch_size=16,
-                            predict_batch_size=16, **kwargs)
+                            eval_batch_size=16, predict_batch_size=16, **kwargs)
 
 
 RAW = export.build_raw_serving_input_receiver_fn({"x": tf.TensorSpec([None, 4], tf.float32),
@@ -150,3 +150,37 @@ def test_export_of_a_mirrored_model_serves_on_cpu(mirrored, tmp_path):
     served = tf.saved_model.load(exporter.exports[0]).signatures["serving_default"](
         x=tf.constant(features["x"]), id=tf.constant(features["id"]))["y"].numpy()
     np.testing.assert_allclose(served, model.predict(models.predict_input_fn, verbose=0)["y"], atol=1e-6)
+
+
+SUPERVISED = export.build_raw_supervised_input_receiver_fn(
+    {"x": tf.TensorSpec([None, 4], tf.float32), "id": tf.TensorSpec([None], tf.int64)},
+    tf.TensorSpec([None, 1], tf.float32),
+)
+
+
+def test_eval_export_writes_a_cpu_eval_graph_with_a_warning(trained, tmp_path, caplog):
+    caplog.set_level("WARNING", logger="keras_tpu_estimator")
+    estimator = make(trained)
+    path = estimator.export_saved_model(str(tmp_path), SUPERVISED, experimental_mode=kte.ModeKeys.EVAL)
+    assert "Mode eval will be ignored for TPU" in caplog.text
+    assert tag_sets(path) == [["eval"]]
+    signature = loader_impl.parse_saved_model(path).meta_graphs[0].signature_def["eval"]
+    assert signature.method_name == "tensorflow/supervised/eval"
+    features, labels = models.data(16)
+    loaded = tf.saved_model.load(path, tags=["eval"]).signatures["eval"]
+    loss = loaded(x=tf.constant(features["x"]), id=tf.constant(features["id"]), labels=tf.constant(labels))["loss"]
+
+    def first_batch(params):
+        return tf.data.Dataset.from_tensor_slices((features, labels)).batch(16)
+
+    assert float(loss) == pytest.approx(estimator.evaluate(first_batch, steps=1)["loss"], rel=1e-5)
+
+
+def test_train_export_needs_a_supervised_receiver_and_writes_a_train_graph(trained, tmp_path):
+    estimator = make(trained, export_to_tpu=False)
+    with pytest.raises(TypeError, match="needs a receiver fn that returns a SupervisedInputReceiver"):
+        estimator.export_saved_model(str(tmp_path), RAW, experimental_mode=kte.ModeKeys.TRAIN)
+    path = estimator.export_saved_model(str(tmp_path), SUPERVISED, experimental_mode=kte.ModeKeys.TRAIN)
+    assert tag_sets(path) == [["train"]]
+    signature = loader_impl.parse_saved_model(path).meta_graphs[0].signature_def["train"]
+    assert signature.method_name == "tensorflow/supervised/training" and "loss" in signature.outputs
