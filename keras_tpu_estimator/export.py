@@ -488,6 +488,11 @@ def export_saved_model(
     return final
 
 
+def _params(params: Mapping[str, Any] | None, use_tpu: bool) -> dict:
+    """Export-time params: a copy, no `batch_size`, `use_tpu` for the MetaGraph being built."""
+    return {**copy.deepcopy(dict(params or {})), "use_tpu": use_tpu}
+
+
 def _write(
     temporary: str,
     serving_input_receiver_fn: Callable[[], Any],
@@ -502,8 +507,9 @@ def _write(
 ) -> None:
     """Writes the SavedModel's MetaGraphs and variables into `temporary`."""
     builder = tf.compat.v1.saved_model.Builder(temporary)
-    cpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": False}
-    graph, signatures, saver = _build_graph(model_fn, serving_input_receiver_fn, cpu_params, config, False)
+    graph, signatures, saver = _build_graph(
+        model_fn, serving_input_receiver_fn, _params(params, False), config, tpu_rewrite=False
+    )
     with graph.as_default(), _restore(graph, saver, checkpoint) as session:
         if export_to_cpu:
             builder.add_meta_graph_and_variables(
@@ -516,9 +522,8 @@ def _write(
                        write_meta_graph=False, write_state=False)
             _compat.mark_variables_saved(builder)
     if export_to_tpu:
-        tpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": True}
         graph, signatures, saver = _build_graph(
-            model_fn, serving_input_receiver_fn, tpu_params, config, tpu_rewrite=api_version == 1
+            model_fn, serving_input_receiver_fn, _params(params, True), config, tpu_rewrite=api_version == 1
         )
         with graph.as_default():
             builder.add_meta_graph([SERVE, TPU], signature_def_map=signatures, saver=saver, strip_default_attrs=True)
@@ -537,8 +542,9 @@ def _write_supervised(
 ) -> None:
     """Writes a TRAIN or EVAL MetaGraph (CPU only) and its variables into `temporary`."""
     builder = tf.compat.v1.saved_model.Builder(temporary)
-    cpu_params = {**copy.deepcopy(dict(params or {})), "use_tpu": False}
-    graph, signatures, saver, local_init = _build_supervised_graph(model_fn, receiver_fn, cpu_params, config, mode)
+    graph, signatures, saver, local_init = _build_supervised_graph(
+        model_fn, receiver_fn, _params(params, False), config, mode
+    )
     with graph.as_default(), _restore(graph, saver, checkpoint) as session:
         builder.add_meta_graph_and_variables(
             session, [_SUPERVISED[mode][0]], signature_def_map=signatures, saver=saver,
