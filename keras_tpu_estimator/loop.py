@@ -42,6 +42,8 @@ class ExecutionResult(NamedTuple):
             (`[steps * global_batch, ...]`), or `None`.
         host: Per-step host tensors concatenated over replicas and stacked
             over steps (`[steps, global_batch, ...]`), or `None`.
+        after: What `read_after()` returned at the end of the execution
+            (the global step, read in the same call), or `None`.
     """
 
     steps: Any
@@ -49,6 +51,7 @@ class ExecutionResult(NamedTuple):
     weight_sum: Any
     outputs: Any
     host: Any = None
+    after: Any = None
 
 
 def _concat_replicas(strategy: tf.distribute.Strategy, value: Any) -> tf.Tensor:
@@ -63,6 +66,7 @@ def make_loop_function(
     around_run: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     output_spec: Any = None,
     host_spec: Any = None,
+    read_after: Callable[[], tf.Tensor] | None = None,
 ) -> Callable[[Any, tf.Tensor], ExecutionResult]:
     """Builds `loop(iterator, num_steps) -> ExecutionResult`.
 
@@ -75,6 +79,8 @@ def make_loop_function(
             `replica_step(...)["outputs"]`, or `None` to collect nothing.
         host_spec: List of per-replica `tf.TensorSpec`s of
             `replica_step(...)["host"]`, kept step by step for the host, or `None`.
+        read_after: Called after the last step, in the same function; its
+            value comes back as `ExecutionResult.after` (saves a separate read).
 
     Returns:
         A `tf.function`. Call it with an iterator of a distributed dataset and
@@ -153,6 +159,10 @@ def make_loop_function(
             outputs = tf.nest.map_structure(lambda array: array.concat(), arrays[0])
         if host_spec is not None:
             host = tf.nest.map_structure(lambda array: array.stack(), arrays[1])
-        return ExecutionResult(steps, loss_sum, weight_sum, outputs, host)
+        after = None
+        if read_after is not None:
+            with tf.control_dependencies([steps]):
+                after = read_after()
+        return ExecutionResult(steps, loss_sum, weight_sum, outputs, host, after)
 
     return loop

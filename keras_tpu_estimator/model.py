@@ -134,6 +134,7 @@ class EstimatorModel(keras.Model):
         }
         self._runner = ModelFnRunner(self, model_fn, params, config, strategy, use_tpu, batch_sizes)
         self.stop_at_step: int | None = None
+        self._step_during_fit: int | None = None
         self.last_execution_loss: float | None = None
         self._seconds_per_step: float | None = None
         self.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
@@ -156,7 +157,14 @@ class EstimatorModel(keras.Model):
 
     @property
     def global_step(self) -> int:
-        """The current value of the `global_step` variable."""
+        """The current value of the `global_step` variable.
+
+        During `fit` it is the value read at the end of the last execution (the
+        variable changes only inside executions), which saves a device read per
+        callback.
+        """
+        if self._step_during_fit is not None:
+            return self._step_during_fit
         return int(self._runner.store.global_step.numpy())
 
     @property
@@ -254,6 +262,9 @@ class EstimatorModel(keras.Model):
             around_run=around_run,
             output_spec=self._runner.output_specs.get(mode),
             host_spec=self._runner.host_specs.get(mode),
+            read_after=(lambda: self._runner.store.global_step.value.read_value())
+            if mode == ModeKeys.TRAIN
+            else None,
         )
 
     def make_train_function(self, force: bool = False) -> Callable:
@@ -322,6 +333,8 @@ class EstimatorModel(keras.Model):
         if steps:
             self._seconds_per_step = (time.perf_counter() - start) / steps
             self.last_execution_loss = loss_sum / max(weight_sum, 1e-12)
+        if result.after is not None and self._step_during_fit is not None:
+            self._step_during_fit = int(result.after)
         if result.host is not None and steps:
             host = [tensor.numpy() for tensor in result.host]
             self._runner.host.submit(mode, host, first_step, steps)
@@ -381,62 +394,69 @@ class EstimatorModel(keras.Model):
             model=self,
         )
         self.stop_training = False
-        callbacks.on_train_begin()
+        self._step_during_fit = None
+        callbacks.on_train_begin()  # may restore a checkpoint: read the step after it
+        self._step_during_fit = int(self._runner.store.global_step.numpy())
         if steps_per_epoch is None and self.stop_at_step is not None:
             callbacks.set_params(
                 {"verbose": verbose, "epochs": epochs, "steps": max(0, self.stop_at_step - self.global_step)}
             )
-        iterator = iter(dataset) if steps_per_epoch else None
-        logs: dict = {}
-        epoch_logs: dict = {}
-        for epoch in range(initial_epoch, epochs):
-            if self.stop_training:
-                break
-            self.reset_metrics()
-            callbacks.on_epoch_begin(epoch)
-            if steps_per_epoch is None:
-                iterator = iter(dataset)
-            done, loss_sum, weight_sum, exhausted = 0, 0.0, 0.0, False
-            while not self.stop_training:
-                size = self._execution_size(steps_per_epoch - done if steps_per_epoch else None)
-                if size <= 0:
+        try:
+            iterator = iter(dataset) if steps_per_epoch else None
+            logs: dict = {}
+            epoch_logs: dict = {}
+            for epoch in range(initial_epoch, epochs):
+                if self.stop_training:
                     break
-                callbacks.on_train_batch_begin(done)
-                steps, execution_loss, execution_weight, _ = self._run_execution(
-                    ModeKeys.TRAIN, function, iterator, size
-                )
-                if steps and not math.isfinite(execution_loss):
-                    raise FloatingPointError(
-                        f"The training loss became {self.last_execution_loss} in the execution "
-                        f"ending at global step {self.global_step}. Training stopped before any "
-                        "callback ran, so no checkpoint holds these weights. Check the input for "
-                        "NaN/Inf, lower the learning rate, or clip gradients."
+                self.reset_metrics()
+                callbacks.on_epoch_begin(epoch)
+                if steps_per_epoch is None:
+                    iterator = iter(dataset)
+                done, loss_sum, weight_sum, exhausted = 0, 0.0, 0.0, False
+                while not self.stop_training:
+                    size = self._execution_size(steps_per_epoch - done if steps_per_epoch else None)
+                    if size <= 0:
+                        break
+                    callbacks.on_train_batch_begin(done)
+                    steps, execution_loss, execution_weight, _ = self._run_execution(
+                        ModeKeys.TRAIN, function, iterator, size
                     )
-                if steps:
-                    done += steps
-                    loss_sum += execution_loss
-                    weight_sum += execution_weight
-                    logs = {"loss": loss_sum / weight_sum}
-                    callbacks.on_train_batch_end(done - 1, logs)
-                if steps < size:
-                    exhausted = True
+                    if steps and not math.isfinite(execution_loss):
+                        raise FloatingPointError(
+                            f"The training loss became {self.last_execution_loss} in the execution "
+                            f"ending at global step {self.global_step}. Training stopped before any "
+                            "callback ran, so no checkpoint holds these weights. Check the input for "
+                            "NaN/Inf, lower the learning rate, or clip gradients."
+                        )
+                    if steps:
+                        done += steps
+                        loss_sum += execution_loss
+                        weight_sum += execution_weight
+                        logs = {"loss": loss_sum / weight_sum}
+                        callbacks.on_train_batch_end(done - 1, logs)
+                    if steps < size:
+                        exhausted = True
+                        break
+                epoch_logs = dict(logs)
+                if validation_data is not None and (epoch + 1) % validation_freq == 0:
+                    val_logs = self.evaluate(
+                        validation_data, steps=validation_steps, verbose=0, return_dict=True
+                    )
+                    epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
+                callbacks.on_epoch_end(epoch, epoch_logs)
+                if exhausted and steps_per_epoch is not None:
+                    _log.warning(
+                        "The input ran out after %d steps in epoch %d; stopping. Use .repeat() "
+                        "for at least steps_per_epoch * epochs batches.",
+                        done,
+                        epoch,
+                    )
                     break
-            epoch_logs = dict(logs)
-            if validation_data is not None and (epoch + 1) % validation_freq == 0:
-                val_logs = self.evaluate(
-                    validation_data, steps=validation_steps, verbose=0, return_dict=True
-                )
-                epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
-            callbacks.on_epoch_end(epoch, epoch_logs)
-            if exhausted and steps_per_epoch is not None:
-                _log.warning(
-                    "The input ran out after %d steps in epoch %d; stopping. Use .repeat() "
-                    "for at least steps_per_epoch * epochs batches.",
-                    done,
-                    epoch,
-                )
-                break
+        except BaseException:
+            self._step_during_fit = None  # the variable is the truth again
+            raise
         self._runner.host.finish(ModeKeys.TRAIN)
+        self._step_during_fit = None
         callbacks.on_train_end(logs=epoch_logs)
         return self.history
 

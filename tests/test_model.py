@@ -308,3 +308,16 @@ def test_evaluate_on_empty_input_is_an_error(strategy):
     model = make_model(models.get_variable_mlp, strategy)
     with pytest.raises(ValueError, match="evaluate\\(\\) ran no steps: the input is empty"):
         model.evaluate(empty_input_fn, verbose=0)
+
+
+def test_global_step_is_read_from_the_variable_again_after_a_failed_fit(strategy):
+    def model_fn(features, labels, mode, params):
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        step = tf.compat.v1.train.get_global_step()
+        return spec._replace(loss=spec.loss + tf.where(step >= 4, np.nan, 0.0))
+
+    model = make_model(model_fn, strategy, k=2)
+    with pytest.raises(FloatingPointError):
+        train(model, 10)
+    model.global_step_variable.assign(42)
+    assert model.global_step == 42
