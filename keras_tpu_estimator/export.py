@@ -192,6 +192,7 @@ class PredictOutput:
         self.outputs = _as_dict(outputs, "output")
 
     def as_signature_def(self, receiver_tensors: dict) -> Any:
+        """The `predict` SignatureDef of these outputs for `receiver_tensors`."""
         return tf.compat.v1.saved_model.predict_signature_def(receiver_tensors, self.outputs)
 
 
@@ -215,9 +216,11 @@ class ClassificationOutput:
 
     @property
     def outputs(self) -> dict:
+        """`{"scores", "classes"}`, whichever are set."""
         return {k: v for k, v in (("scores", self.scores), ("classes", self.classes)) if v is not None}
 
     def as_signature_def(self, receiver_tensors: dict) -> Any:
+        """A `classify` SignatureDef for one string input, else a `predict` one."""
         examples = list(receiver_tensors.values())
         if len(examples) == 1 and examples[0].dtype == tf.string:
             return tf.compat.v1.saved_model.classification_signature_def(examples[0], self.classes, self.scores)
@@ -239,9 +242,11 @@ class RegressionOutput:
 
     @property
     def outputs(self) -> dict:
+        """`{"outputs": value}`."""
         return {"outputs": self.value}
 
     def as_signature_def(self, receiver_tensors: dict) -> Any:
+        """A `regress` SignatureDef for one string input, else a `predict` one."""
         examples = list(receiver_tensors.values())
         if len(examples) == 1 and examples[0].dtype == tf.string:
             return tf.compat.v1.saved_model.regression_signature_def(examples[0], self.value)

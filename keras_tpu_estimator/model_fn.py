@@ -133,6 +133,7 @@ class ModelFnRunner:
         self.uses_keras_optimizer = False
 
     def params_for(self, mode: str, input_context: Any = None) -> dict:
+        """A fresh copy of params for one call: `batch_size` (per replica), `use_tpu`, `context`."""
         params = copy.deepcopy(self.params)
         global_batch = self.global_batch.get(mode)
         if global_batch is not None:
@@ -277,6 +278,7 @@ class ModelFnRunner:
         )
 
     def train_step(self, data: Any) -> dict:
+        """One replica's training step: `model_fn(TRAIN)`, its update, one global-step increment."""
         features, labels, _ = unpack(self._static(ModeKeys.TRAIN, data))
         step_variable = self.store.global_step.value
         before = step_variable.read_value()
@@ -309,6 +311,7 @@ class ModelFnRunner:
         return {"loss": loss, "weight": self._rows(features), "host": host}
 
     def test_step(self, data: Any) -> dict:
+        """One replica's evaluation step: the loss weighted by real rows, and host tensors."""
         features, labels, mask = unpack(self._static(ModeKeys.EVAL, data))
         spec = self.call_model_fn(features, labels, ModeKeys.EVAL, mask)
         return {
@@ -318,6 +321,7 @@ class ModelFnRunner:
         }
 
     def predict_step(self, data: Any) -> dict:
+        """One replica's prediction step: predictions and the padding mask, and host tensors."""
         features, labels, mask = unpack(self._static(ModeKeys.PREDICT, data))
         spec = self.call_model_fn(features, labels, ModeKeys.PREDICT, mask)
         return {

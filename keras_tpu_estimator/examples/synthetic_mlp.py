@@ -33,6 +33,7 @@ def input_fn(params: dict) -> tf.data.Dataset:
 
 
 def predict_input_fn(params: dict) -> tf.data.Dataset:
+    """256 held-out rows for prediction."""
     x, _ = synthetic_data(256, seed=1)
     return tf.data.Dataset.from_tensor_slices({"x": x}).batch(params["batch_size"], drop_remainder=True)
 
