@@ -22,16 +22,10 @@ import keras
 import tensorflow as tf
 
 from keras_tpu_estimator.checkpoints import CheckpointKeeper, write_checkpoint
+from keras_tpu_estimator.config import check_positive_int
 from keras_tpu_estimator.export import export_saved_model
 
 _log = logging.getLogger("keras_tpu_estimator")
-
-
-def _check_steps(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
 class StopAtStep(keras.callbacks.Callback):
@@ -62,8 +56,8 @@ class StopAtStep(keras.callbacks.Callback):
                 "Only one of `steps` or `max_steps` can be specified. "
                 f"Received: steps={steps}, max_steps={max_steps}."
             )
-        _check_steps("steps", steps)
-        _check_steps("max_steps", max_steps)
+        check_positive_int("steps", steps)
+        check_positive_int("max_steps", max_steps)
         self.steps = steps
         self.max_steps = max_steps
         self.final_step: int | None = None
@@ -114,7 +108,7 @@ class CheckpointSaver(keras.callbacks.Callback):
         super().__init__()
         if save_steps is not None and save_secs is not None:
             raise ValueError("Only one of `save_steps` and `save_secs` can be set.")
-        _check_steps("save_steps", save_steps)
+        check_positive_int("save_steps", save_steps)
         self.model_dir = model_dir
         self.save_steps = save_steps
         self.save_secs = save_secs
@@ -174,7 +168,7 @@ class StepSummaries(keras.callbacks.Callback):
 
     def __init__(self, logdir: str, every_n_steps: int = 100, global_batch_size: int | None = None):
         super().__init__()
-        _check_steps("every_n_steps", every_n_steps)
+        check_positive_int("every_n_steps", every_n_steps)
         self.logdir = logdir
         self.every_n_steps = every_n_steps
         self.global_batch_size = global_batch_size
@@ -218,7 +212,7 @@ class StepLogger(keras.callbacks.Callback):
 
     def __init__(self, every_n_steps: int = 100):
         super().__init__()
-        _check_steps("every_n_steps", every_n_steps)
+        check_positive_int("every_n_steps", every_n_steps)
         self.every_n_steps = every_n_steps
 
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -264,8 +258,8 @@ class SavedModelExporter(keras.callbacks.Callback):
         api_version: int = 1,
     ):
         super().__init__()
-        _check_steps("every_n_steps", every_n_steps)
-        _check_steps("keep", keep)
+        check_positive_int("every_n_steps", every_n_steps)
+        check_positive_int("keep", keep)
         self.export_dir_base = export_dir_base
         self.serving_input_receiver_fn = serving_input_receiver_fn
         self.every_n_steps = every_n_steps

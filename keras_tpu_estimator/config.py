@@ -73,7 +73,8 @@ def parse_iterations_per_loop(value: int | str) -> IterationsPerLoop:
     return IterationsPerLoop(number * _TIME_UNITS[unit], "seconds")
 
 
-def _check_positive_int(name: str, value: Any, allow_none: bool = True) -> None:
+def check_positive_int(name: str, value: Any, allow_none: bool = True) -> None:
+    """Raises a ValueError naming `name` unless `value` is a positive int (or None, if allowed)."""
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -118,8 +119,8 @@ class TPUConfig:
 
     def __post_init__(self) -> None:
         parse_iterations_per_loop(self.iterations_per_loop)
-        _check_positive_int("num_shards", self.num_shards)
-        _check_positive_int(
+        check_positive_int("num_shards", self.num_shards)
+        check_positive_int(
             "experimental_host_call_every_n_steps",
             self.experimental_host_call_every_n_steps,
             allow_none=False,
@@ -241,8 +242,8 @@ class RunConfig:
                 f"set. Received: save_checkpoints_steps={self.save_checkpoints_steps}, "
                 f"save_checkpoints_secs={secs}."
             )
-        _check_positive_int("save_checkpoints_steps", self.save_checkpoints_steps)
-        _check_positive_int("log_step_count_steps", self.log_step_count_steps)
+        check_positive_int("save_checkpoints_steps", self.save_checkpoints_steps)
+        check_positive_int("log_step_count_steps", self.log_step_count_steps)
         if self.keep_checkpoint_max is not None and self.keep_checkpoint_max < 0:
             raise ValueError(
                 "`keep_checkpoint_max` must be >= 0 or None. Received: "

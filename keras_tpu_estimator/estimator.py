@@ -28,7 +28,7 @@ from keras_tpu_estimator.checkpoints import (
     resolve_checkpoint_path,
     restore_checkpoint,
 )
-from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.config import RunConfig, check_positive_int
 from keras_tpu_estimator.export import export_saved_model
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.model_fn import check_params
@@ -42,11 +42,6 @@ class ExportSavedModelApiVersion(enum.Enum):
 
     V1 = 1
     V2 = 2
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
 class TPUEstimator:
@@ -107,10 +102,10 @@ class TPUEstimator:
         if use_tpu:
             if train_batch_size is None:
                 raise ValueError("`train_batch_size` cannot be `None` when `use_tpu=True`.")
-            _check_positive("train_batch_size", train_batch_size)
+            check_positive_int("train_batch_size", train_batch_size)
             for name, value in (("eval_batch_size", eval_batch_size), ("predict_batch_size", predict_batch_size)):
                 if value is not None:
-                    _check_positive(name, value)
+                    check_positive_int(name, value)
         if embedding_config_spec is not None:
             raise ValueError(
                 "`embedding_config_spec` (TPU embeddings) is not supported by keras_tpu_estimator. "
@@ -230,9 +225,9 @@ class TPUEstimator:
                 "For TPU training, one of `steps` or `max_steps` must be set. Cannot be both `None`."
             )
         if steps is not None:
-            _check_positive("steps", steps)
+            check_positive_int("steps", steps)
         if max_steps is not None:
-            _check_positive("max_steps", max_steps)
+            check_positive_int("max_steps", max_steps)
         hooks = list(check_hooks("hooks", hooks))
         if saving_listeners:
             raise TypeError(
@@ -285,7 +280,7 @@ class TPUEstimator:
         ```
         """
         if steps is not None:
-            _check_positive("steps", steps)
+            check_positive_int("steps", steps)
         path = self._require_checkpoint(checkpoint_path)
         model = self._model(self._use_tpu and self._eval_on_tpu)
         callbacks = [_RestoreOrWarmStart(path, None), *check_hooks("hooks", hooks)]

@@ -126,6 +126,11 @@ class HostFunction:
         # A prepared callable skips per-step fetch and feed processing (the hot path).
         self._step = self._session.make_callable(self._fetches, feed_list=self._placeholders)
 
+    @property
+    def num_inputs(self) -> int:
+        """How many tensors one step feeds."""
+        return len(self._placeholders)
+
     def __call__(self, values: Sequence[np.ndarray]) -> Any:
         """Runs one step with `values` fed to the placeholders."""
         return self._step(*values)
@@ -317,7 +322,7 @@ class HostRunner:
         host_call = self._host_calls.get(mode)
         count = 0
         if host_call is not None:
-            count = len(host_call._placeholders)
+            count = host_call.num_inputs
             if mode != "train" or step_index % self.every_n_steps == 0:
                 host_call(values[:count])
         if mode == "eval" and self.metrics is not None:
