@@ -31,6 +31,7 @@ from keras_tpu_estimator.config import (
     parse_iterations_per_loop,
 )
 from keras_tpu_estimator.estimator import ExportSavedModelApiVersion, TPUEstimator
+from keras_tpu_estimator.legacy import UnsupportedInModelFnError, legacy_layers
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.padding import padding_mask
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
@@ -59,9 +60,11 @@ __all__ = [
     "TPUContext",
     "TPUEstimator",
     "TPUEstimatorSpec",
+    "UnsupportedInModelFnError",
     "WarmStartSettings",
     "checkpoint_step",
     "export",
+    "legacy_layers",
     "padding_mask",
     "parse_iterations_per_loop",
     "resolve_strategy",

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import importlib
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
@@ -90,18 +92,6 @@ def keras_name_path() -> str:
     uniquified by the graph, unlike TF name scopes (`dense_1_1`).
     """
     return _keras_name_scope.current_path()
-
-
-@contextlib.contextmanager
-def estimator_loss_scaling(strategy: tf.distribute.Strategy) -> Iterator[None]:
-    """TF1 optimizers divide the loss by the replica count, as under Estimator.
-
-    `tf.compat.v1.train.Optimizer.compute_gradients` scales the loss by
-    `1/num_replicas_in_sync` only when the strategy's private flag
-    `_scale_loss_for_estimator` is set (`Strategy._scale_loss_for_estimator_enabled`).
-    """
-    with strategy._scale_loss_for_estimator_enabled():
-        yield
 
 
 def track_variable(layer: keras.layers.Layer, variable: keras.Variable) -> None:
@@ -215,3 +205,154 @@ def mark_variables_saved(builder: Any) -> None:
     `tpu.rewrite` ops on a CPU.
     """
     builder._has_saved_variables = True
+
+
+_PATCH_LOCK = threading.Lock()
+_PATCH_DEPTH: collections.Counter = collections.Counter()
+_PATCH_SAVED: dict[str, list] = {}
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def patched_attributes(key: str, patches: Callable[[], list]) -> Iterator[None]:
+    """Sets attributes while any holder of `key` is active; restores them after the last.
+
+    `patches()` returns `[(owner, attribute, value), ...]`; it is called when the
+    first holder enters. Reference counted and thread-safe, so it can be
+    entered by the thread that calls `strategy.run` and again by every replica
+    thread while the first is still inside.
+    """
+    with _PATCH_LOCK:
+        if _PATCH_DEPTH[key] == 0:
+            planned = patches()
+            _PATCH_SAVED[key] = [
+                (owner, name, getattr(owner, name, _MISSING)) for owner, name, _ in planned
+            ]
+            for owner, name, value in planned:
+                setattr(owner, name, value)
+        _PATCH_DEPTH[key] += 1
+    try:
+        yield
+    finally:
+        with _PATCH_LOCK:
+            _PATCH_DEPTH[key] -= 1
+            if _PATCH_DEPTH[key] == 0:
+                for owner, name, value in reversed(_PATCH_SAVED.pop(key)):
+                    if value is _MISSING:
+                        delattr(owner, name)
+                    else:
+                        setattr(owner, name, value)
+
+
+class _PerThreadCollection(list):
+    """A graph collection whose items are private to the thread that added them.
+
+    Each thread starts from the items present when the collection was
+    installed. The list's own storage stays empty; every accessor reads the
+    calling thread's items.
+    """
+
+    def __init__(self, initial: list):
+        super().__init__()
+        self._initial = list(initial)
+        self._by_thread: dict[int, list] = {}
+
+    def _items(self) -> list:
+        return self._by_thread.setdefault(threading.get_ident(), list(self._initial))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._items()))
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._items()[index]
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._items()[index] = value
+
+    def __delitem__(self, index: Any) -> None:
+        del self._items()[index]
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self._items()
+
+    def __repr__(self) -> str:
+        return repr(self._items())
+
+    def append(self, item: Any) -> None:
+        self._items().append(item)
+
+    def extend(self, items: Any) -> None:
+        self._items().extend(items)
+
+    def insert(self, index: Any, item: Any) -> None:
+        self._items().insert(index, item)
+
+    def remove(self, item: Any) -> None:
+        self._items().remove(item)
+
+    def pop(self, index: Any = -1) -> Any:
+        return self._items().pop(index)
+
+    def clear(self) -> None:
+        self._items().clear()
+
+    def index(self, item: Any, *args: Any) -> int:
+        return self._items().index(item, *args)
+
+    def copy(self) -> list:
+        return list(self._items())
+
+
+@contextlib.contextmanager
+def per_thread_collections(graph: tf.Graph, keys: list[str]) -> Iterator[None]:
+    """Makes the graph collections `keys` private to each thread while active.
+
+    `MirroredStrategy` traces every replica into the same graph, one thread
+    per replica, so TF1 collections (`LOSSES`, `UPDATE_OPS`, ...) would mix
+    the replicas' tensors. Replaces entries of the private `Graph._collections`.
+    """
+    collections_by_key = graph._collections
+    saved = {key: collections_by_key.get(key) for key in keys}
+    for key in keys:
+        if not isinstance(saved[key], _PerThreadCollection):
+            collections_by_key[key] = _PerThreadCollection(saved[key] or [])
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                collections_by_key.pop(key, None)
+            else:
+                collections_by_key[key] = value
+
+
+def compat_v1_modules() -> list[Any]:
+    """Every module object that user code may hold as `tf.compat.v1`.
+
+    `tf.compat.v1` starts as `tensorflow._api.v2.compat.v1` and becomes the
+    module `tensorflow.compat.v1` once that is imported (tf_keras does it);
+    code may hold either, so attributes are patched on both.
+    """
+    modules = [importlib.import_module("tensorflow.compat.v1"), tf.compat.v1]
+    modules.append(importlib.import_module("tensorflow._api.v2.compat.v1"))
+    unique: list[Any] = []
+    for module in modules:
+        if all(module is not seen for seen in unique):
+            unique.append(module)
+    return unique
+
+
+def legacy_tf_layers() -> Any:
+    """TF1's `tf.compat.v1.layers`, which moved to `tf_keras` (private API path).
+
+    Raises ImportError when `tf_keras` is not installed.
+    """
+    return importlib.import_module("tf_keras.api._v1.keras.__internal__.legacy.layers")
+
+
+def cross_shard_parts(optimizer: Any) -> tuple[Any, str, Any]:
+    """`(wrapped optimizer, reduction, group_assignment)` of a `CrossShardOptimizer`."""
+    return optimizer._opt, optimizer._reduction, optimizer._group_assignment

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.inputs import function_args
+from keras_tpu_estimator.legacy import model_fn_scope
 from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_spec
 
 _log = logging.getLogger("keras_tpu_estimator")
@@ -279,7 +280,11 @@ def _call_model_fn(
     for name, value in (("labels", labels), ("mode", mode), ("config", config)):
         if name in args:
             kwargs[name] = value
-    with _compat.keras_layer_variables_named_by_path(), _compat.fresh_keras_auto_names():
+    with (
+        _compat.keras_layer_variables_named_by_path(),
+        _compat.fresh_keras_auto_names(),
+        model_fn_scope(),
+    ):
         spec = model_fn(features=features, **kwargs) if "features" in args else model_fn(features, **kwargs)
     return check_spec(spec, mode, model_fn)
 

@@ -30,8 +30,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu_estimator import _compat
 from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.legacy import per_replica_collections
 from keras_tpu_estimator.loop import make_loop_function
 from keras_tpu_estimator.model_fn import ModelFnRunner, check_model_fn
 from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn
@@ -249,12 +249,8 @@ class EstimatorModel(keras.Model):
 
         @contextlib.contextmanager
         def around_run() -> Any:
-            with self._runner.store.scope():
-                if mode == ModeKeys.TRAIN:
-                    with _compat.estimator_loss_scaling(strategy):
-                        yield
-                else:
-                    yield
+            with self._runner.store.scope(), per_replica_collections():
+                yield
 
         return make_loop_function(
             strategy,

@@ -33,6 +33,7 @@ import tensorflow as tf
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.cross_replica import synchronized_gradients
 from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.inputs import (
     call_input_fn,
@@ -41,6 +42,7 @@ from keras_tpu_estimator.inputs import (
     placeholders,
     static_batch_size,
 )
+from keras_tpu_estimator.legacy import model_fn_scope, summary_names
 from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, ModelFn, TPUEstimatorSpec, check_spec
 from keras_tpu_estimator.strategy import TPUContext, per_replica_batch_size
@@ -162,7 +164,7 @@ class ModelFnRunner:
         for name, value in (("labels", labels), ("mode", mode), ("config", self.config)):
             if name in args:
                 kwargs[name] = value
-        with self.store.scope(), mask_scope(mask):
+        with self.store.scope(), mask_scope(mask), model_fn_scope(), synchronized_gradients():
             if "features" in args:
                 spec = model_fn(features=features, **kwargs)
             else:
@@ -189,7 +191,7 @@ class ModelFnRunner:
         init_calls: list = []
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.store.creating())
-            stack.enter_context(_compat.default_replica_graph(f"build_{mode}"))
+            graph = stack.enter_context(_compat.default_replica_graph(f"build_{mode}"))
             stack.enter_context(_compat.recording_init_from_checkpoint(init_calls))
             features = placeholders(features_spec)
             labels = None if labels_spec is None else placeholders(labels_spec)
@@ -202,6 +204,14 @@ class ModelFnRunner:
                             "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
                             "Return `tf.compat.v1.train.Scaffold()`."
                         )
+            summaries = summary_names(graph)
+            if summaries:
+                _log.warning(
+                    "model_fn creates TF1 summaries %s in %s mode. Summaries inside model_fn "
+                    "are not written (nor were they on a TPU). Write them in host_call: "
+                    "return `host_call=(fn, [tensor])` and call `tf.summary.scalar` in fn.",
+                    summaries, mode,
+                )
             output_spec = None
             if mode == ModeKeys.PREDICT:
                 output_spec = (self._prediction_spec(spec.predictions, mask_spec), mask_spec)
