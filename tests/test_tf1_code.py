@@ -340,3 +340,22 @@ def test_tf1_summaries_in_model_fn_point_to_host_call(strategy, caplog):
     make_model(model_fn, strategy).evaluate(models.input_fn, steps=1, verbose=0)
     message = " ".join(r.getMessage() for r in caplog.records)
     assert "my_loss" in message and "host_call" in message
+
+
+# ------------------------------------------------------------------ facade and export
+def test_facade_trains_and_exports_a_compat_v1_layers_model(tmp_path):
+    config = kte.RunConfig(model_dir=str(tmp_path / "model"), tf_random_seed=3,
+                           tpu_config=kte.TPUConfig(iterations_per_loop=4))
+    estimator = kte.TPUEstimator(
+        tf1_models.cnn_model_fn, config=config, params={"cross_shard": True},
+        train_batch_size=32, eval_batch_size=32, predict_batch_size=32,
+    )
+    estimator.train(tf1_models.image_input_fn, max_steps=8)
+    predicted = np.stack([p["logits"] for p in estimator.predict(tf1_models.image_predict_input_fn)])
+    receiver_fn = kte.export.build_raw_serving_input_receiver_fn(
+        {"image": tf.TensorSpec([None, 8, 8, 1], tf.float32)}
+    )
+    path = estimator.export_saved_model(str(tmp_path / "export"), receiver_fn)
+    serve = tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
+    images = tf1_models.image_data(64)[0]["image"]
+    np.testing.assert_allclose(serve(image=tf.constant(images))["logits"].numpy(), predicted, atol=1e-5)
