@@ -104,6 +104,25 @@ def is_tpu_strategy(strategy: tf.distribute.Strategy) -> bool:
     return any(cls.__name__.startswith("TPUStrategy") for cls in type(strategy).__mro__)
 
 
+@contextlib.contextmanager
+def unpacked_tpu_variables(strategy: tf.distribute.Strategy) -> Iterator[None]:
+    """TPU variables created inside are not packed (`TPUStrategy._enable_packed_variable_in_eager_mode`).
+
+    Outside a TPU replica context, each read of a packed `TPUDistributedVariable`
+    makes a new handle, so `tf.gradients` finds no path from the loss to the
+    variable in the build graph ("No gradients provided"); TF1 optimizers need it.
+    """
+    flag = "_enable_packed_variable_in_eager_mode"
+    if not is_tpu_strategy(strategy) or not getattr(strategy, flag, False):
+        yield
+        return
+    setattr(strategy, flag, False)
+    try:
+        yield
+    finally:
+        setattr(strategy, flag, True)
+
+
 class _AdoptedVariable(keras.Variable):
     """A `keras.Variable` that wraps an existing `tf.Variable` instead of making one.
 

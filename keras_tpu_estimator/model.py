@@ -336,6 +336,27 @@ class EstimatorModel(keras.Model):
             self._runner.host.submit(mode, host, first_step, steps)
         return steps, loss_sum, weight_sum, result.outputs
 
+    def trace(self, x: Any, mode: str = ModeKeys.TRAIN, batch_size: int | None = None) -> Any:
+        """Builds `mode` and traces its device loop without running a step.
+
+        Returns the loop's concrete function. On a `TPUStrategy` its graph
+        holds the replicated TPU program, so this checks that a model builds
+        for a TPU on a machine without one.
+
+        Example:
+
+        ```python
+        graph = model.trace(input_fn, ModeKeys.EVAL).graph
+        ```
+        """
+        dataset = self._runner.distribute_input(x, mode, batch_size)
+        make = {
+            ModeKeys.TRAIN: self.make_train_function,
+            ModeKeys.EVAL: self.make_test_function,
+            ModeKeys.PREDICT: self.make_predict_function,
+        }[mode]
+        return make().get_concrete_function(iter(dataset), tf.TensorSpec([], tf.int32))
+
     def fit(
         self,
         x: InputFn | tf.data.Dataset | Any = None,

@@ -186,7 +186,8 @@ class ModelFnRunner:
                     if not tensor_spec.shape.is_fully_defined():
                         raise ValueError(
                             f"The {name} to the model returned by input_fn must have static "
-                            f"shape. Tensor: {tensor_spec}. Batch with drop_remainder=True."
+                            f"shape on a TPU. Tensor: {tensor_spec}. Batch with drop_remainder=True, "
+                            "or pad every batch to a fixed size."
                         )
         init_calls: list = []
         with contextlib.ExitStack() as stack:

@@ -18,6 +18,7 @@ from keras_tpu_estimator import _compat
 
 _log = logging.getLogger(__name__)
 _RESOLVED: dict[str, tf.distribute.Strategy] = {}
+_INITIALIZED: set[str] = set()
 
 
 def _tpu_may_exist(master: str | None) -> bool:
@@ -38,13 +39,15 @@ def resolve_strategy(
 ) -> tf.distribute.Strategy:
     """Picks the strategy a TPUEstimator program would have run on here.
 
-    With `use_tpu`, connects `TPUClusterResolver(tpu=master or 'local')` (or
-    `cluster`) and returns a `TPUStrategy` when a TPU answers. Otherwise a
-    `MirroredStrategy` over the visible GPUs when there are two or more, else
-    the default strategy. The result is cached per process: two
+    With `use_tpu`, and a TPU in sight (`master`, `cluster`, `TPU_NAME`,
+    `COLAB_TPU_ADDR` or TPU devices under `/dev`), tries
+    `TPUClusterResolver(tpu='local')` (Colab and Cloud TPU VMs) and then the
+    configured name (`master`, else `TPU_NAME` or `COLAB_TPU_ADDR`, connected
+    with `tf.config.experimental_connect_to_cluster`); `cluster` replaces
+    both. The TPU system is initialised once per process and resolver. Without
+    a TPU: a `MirroredStrategy` over the visible GPUs when there are two or
+    more, else the default strategy. The result is cached per process: two
     `MirroredStrategy` objects in one process collide on collective keys.
-    An explicit `master` that does not answer blocks in
-    `initialize_tpu_system`, as it did under TPUEstimator.
 
     Example:
 
@@ -55,19 +58,39 @@ def resolve_strategy(
     if use_tpu and (cluster is not None or _tpu_may_exist(master)):
         key = f"tpu:{master}:{id(cluster)}"
         if key not in _RESOLVED:
-            try:
-                resolver = cluster or tf.distribute.cluster_resolver.TPUClusterResolver(
-                    tpu=master or "local"
-                )
-                if master and master != "local":
-                    tf.config.experimental_connect_to_cluster(resolver)
-                tf.tpu.experimental.initialize_tpu_system(resolver)
-                _RESOLVED[key] = tf.distribute.TPUStrategy(resolver)
-            except (ValueError, tf.errors.OpError, RuntimeError) as error:
-                _log.warning("No TPU found (%s); falling back to GPUs or CPU.", error)
-                _RESOLVED[key] = _local_strategy()
+            _RESOLVED[key] = _tpu_strategy(master, cluster) or _local_strategy()
         return _RESOLVED[key]
     return _local_strategy() if use_tpu else tf.distribute.get_strategy()
+
+
+def _tpu_candidates(master: str | None) -> list[str]:
+    configured = master or os.environ.get("TPU_NAME")
+    if not configured and os.environ.get("COLAB_TPU_ADDR"):
+        configured = f"grpc://{os.environ['COLAB_TPU_ADDR']}"
+    candidates = ["local"]
+    if configured and configured != "local":
+        candidates.append(configured)
+    return candidates
+
+
+def _tpu_strategy(master: str | None, cluster: Any) -> tf.distribute.Strategy | None:
+    attempts = [(None, cluster)] if cluster is not None else [(n, None) for n in _tpu_candidates(master)]
+    errors = []
+    for name, resolver in attempts:
+        try:
+            if resolver is None:
+                resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
+            if name != "local" and resolver.master():
+                tf.config.experimental_connect_to_cluster(resolver)
+            init_key = name or f"cluster:{id(resolver)}"
+            if init_key not in _INITIALIZED:
+                tf.tpu.experimental.initialize_tpu_system(resolver)
+                _INITIALIZED.add(init_key)
+            return tf.distribute.TPUStrategy(resolver)
+        except (ValueError, tf.errors.OpError, RuntimeError) as error:
+            errors.append(f"{name or 'cluster'}: {error}")
+    _log.warning("No TPU found (%s); falling back to GPUs or CPU.", "; ".join(errors))
+    return None
 
 
 def _local_strategy() -> tf.distribute.Strategy:

@@ -211,9 +211,13 @@ class VariableStore:
             value = tf.convert_to_tensor(value, dtype=dtype)
             self._local.creating_own = True
             try:
-                with self._strategy.scope(), tf.compat.v1.name_scope(None):
+                with (
+                    self._strategy.scope(),
+                    tf.compat.v1.name_scope(None),
+                    _compat.unpacked_tpu_variables(self._strategy),
+                ):
                     tf_variable = tf.Variable(
-                    value,
+                        value,
                         name=key,
                         trainable=trainable,
                         aggregation=aggregation or tf.VariableAggregation.NONE,

@@ -1,0 +1,129 @@
+"""A TPUStrategy on a machine without a TPU: builds and traces, never runs.
+
+`FakeTPUResolver` reports 8 TPU cores, so `tf.distribute.TPUStrategy` builds
+a real strategy whose variables are `TPUDistributedVariable`s and whose
+`strategy.run` traces TPU replicate ops. Executing them fails (no TPU kernels).
+Run as a script, it traces a model in TRAIN, EVAL and PREDICT and prints one
+JSON line of op counts (a fresh process, so no other strategy is around).
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tensorflow.python.tpu import tpu_system_metadata  # noqa: E402
+
+import keras_tpu_estimator as kte  # noqa: E402
+
+TPU_OPS = ["TPUReplicateMetadata", "TPUReplicatedInput", "TPUReplicatedOutput", "TPUCompilationResult"]
+
+
+class FakeTPUResolver(tf.distribute.cluster_resolver.ClusterResolver):
+    """Claims `cores` TPU cores on this host."""
+
+    def __init__(self, cores=8):
+        self._cores = cores
+
+    def cluster_spec(self):
+        return tf.train.ClusterSpec({})
+
+    def master(self, task_type=None, task_id=None, rpc_layer=None):
+        return ""
+
+    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        return {"TPU": self._cores}
+
+    def get_tpu_system_metadata(self):
+        devices = [
+            tf.config.LogicalDevice(f"/job:localhost/replica:0/task:0/device:TPU:{i}", "TPU")
+            for i in range(self._cores)
+        ]
+        return tpu_system_metadata.TPUSystemMetadata(
+            num_cores=self._cores, num_hosts=1, num_of_cores_per_host=self._cores,
+            topology=None, devices=devices,
+        )
+
+    @property
+    def environment(self):
+        return ""
+
+
+def op_counts(concrete_function):
+    """Op types in a concrete function's graph and every function it calls."""
+    graph_def = concrete_function.graph.as_graph_def()
+    nodes = list(graph_def.node)
+    for function in graph_def.library.function:
+        nodes.extend(function.node_def)
+    counts = {}
+    for node in nodes:
+        counts[node.op] = counts.get(node.op, 0) + 1
+    return counts
+
+
+def data(num_rows=256):
+    rng = np.random.RandomState(0)
+    x = rng.randn(num_rows, 4).astype(np.float32)
+    return {"x": x}, (x @ np.array([[1.0], [-2.0], [3.0], [0.5]], np.float32))
+
+
+def input_fn(params):
+    features, labels = data()
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels)).repeat()
+    return dataset.batch(params["batch_size"], drop_remainder=params.get("drop_remainder", True))
+
+
+def model_fn(features, labels, mode, params):
+    """TF1 layers and optimizer, CrossShardOptimizer, eval_metrics and host_call."""
+    hidden = tf.compat.v1.layers.dense(features["x"], 16, tf.nn.relu)
+    output = tf.compat.v1.layers.dense(hidden, 1)
+    if mode == kte.ModeKeys.PREDICT:
+        return kte.TPUEstimatorSpec(mode, predictions={"y": output})
+    loss = tf.compat.v1.losses.mean_squared_error(labels, output)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    host_call = (lambda step_, loss_: None, [tf.reshape(step, [1]), tf.reshape(loss, [1])])
+    if mode == kte.ModeKeys.EVAL:
+        metrics = (lambda y, p: {"mae": tf.compat.v1.metrics.mean_absolute_error(y, p)}, [labels, output])
+        return kte.TPUEstimatorSpec(mode, loss=loss, eval_metrics=metrics, host_call=host_call)
+    optimizer = tf.compat.v1.tpu.CrossShardOptimizer(tf.compat.v1.train.AdamOptimizer(0.01))
+    train_op = optimizer.minimize(loss, step)
+    return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, host_call=host_call)
+
+
+def make_model(params=None):
+    strategy = tf.distribute.TPUStrategy(FakeTPUResolver())
+    return kte.EstimatorModel(
+        model_fn, params=params, strategy=strategy,
+        train_batch_size=64, eval_batch_size=64, predict_batch_size=64,
+        config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=4)),
+    )
+
+
+def main():
+    model = make_model()
+    report = {"strategy": type(model.distribute_strategy).__name__,
+              "replicas": model.distribute_strategy.num_replicas_in_sync}
+    for mode in (kte.ModeKeys.TRAIN, kte.ModeKeys.EVAL, kte.ModeKeys.PREDICT):
+        counts = op_counts(model.trace(input_fn, mode))
+        report[mode] = {op: counts.get(op, 0) for op in TPU_OPS}
+    report["variables"] = sorted({type(v.value).__name__ for v in model.variables})
+    report["names"] = sorted(model.variables_by_name)
+    try:
+        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=4)], verbose=0)
+        report["fit"] = "ran"
+    except tf.errors.InvalidArgumentError as error:
+        report["fit"] = str(error).splitlines()[0][:120]
+    dynamic = make_model(params={"drop_remainder": False})
+    try:
+        dynamic.trace(input_fn)
+        report["dynamic_batch"] = "traced"
+    except ValueError as error:
+        report["dynamic_batch"] = str(error)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
