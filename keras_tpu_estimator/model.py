@@ -258,9 +258,27 @@ class EstimatorModel(keras.Model):
             around_run=around_run,
             output_spec=self._runner.output_specs.get(mode),
             host_spec=self._runner.host_specs.get(mode),
-            read_after=(lambda: self._runner.store.global_step.value.read_value())
-            if mode == ModeKeys.TRAIN
-            else None,
+            read_after=self._after_train_execution if mode == ModeKeys.TRAIN else None,
+        )
+
+    def _after_train_execution(self) -> tuple:
+        """Read inside the train function: the global step, and which trainable variables are finite."""
+        step = self._runner.store.global_step.value.read_value()
+        checked = [v.value for v in self.trainable_variables if v.value.dtype.is_floating]
+        finite = tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in checked] or [tf.constant(True)])
+        return step, tf.reduce_all(finite), finite
+
+    def _check_variables_finite(self, finite: Any) -> None:
+        """Raises FloatingPointError naming the first trainable variable with NaN or Inf."""
+        names = {id(v): name for name, v in self._runner.store.variables_by_name.items()}
+        checked = [v for v in self.trainable_variables if v.value.dtype.is_floating]
+        flags = finite.numpy()
+        bad = [names.get(id(v), v.path) for v, ok in zip(checked, flags, strict=False) if not ok]
+        raise FloatingPointError(
+            f"Trainable variable '{bad[0]}' holds NaN or Inf after the execution ending at global "
+            f"step {self.global_step} ({len(bad)} bad in all: {bad[:5]}). Training stopped "
+            "before any callback ran, so no checkpoint holds these weights. Check the input "
+            "for NaN/Inf, lower the learning rate, or clip gradients."
         )
 
     def make_train_function(self, force: bool = False) -> Callable:
@@ -329,8 +347,12 @@ class EstimatorModel(keras.Model):
         if steps:
             self._seconds_per_step = (time.perf_counter() - start) / steps
             self.last_execution_loss = loss_sum / max(weight_sum, 1e-12)
-        if result.after is not None and self._step_during_fit is not None:
-            self._step_during_fit = int(result.after)
+        if result.after is not None:
+            step, all_finite, finite = result.after
+            if self._step_during_fit is not None:
+                self._step_during_fit = int(step)
+            if steps and not bool(all_finite):
+                self._check_variables_finite(finite)
         if result.host is not None and steps:
             host = [tensor.numpy() for tensor in result.host]
             self._runner.host.submit(mode, host, first_step, steps)

@@ -176,6 +176,30 @@ def test_nan_loss_stops_training_before_a_checkpoint_is_written(tmp_path):
     assert np.isfinite(estimator.get_variable_value("mlp/hidden/kernel")).all()
 
 
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored4"])
+def test_nan_in_a_variable_names_it_and_keeps_the_last_finite_checkpoint(strategy_name, tmp_path, mirrored):
+    def model_fn(features, labels, mode, params):
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        if mode != kte.ModeKeys.TRAIN:
+            return spec
+        step = tf.compat.v1.train.get_global_step()
+        bias = [v for v in tf.compat.v1.trainable_variables() if v.name.startswith("mlp/hidden/bias")][0]
+        with tf.control_dependencies([spec.train_op]):
+            poison = bias.assign(tf.where(tf.equal(step, 7), bias * np.nan, bias))
+        return spec._replace(train_op=tf.group(spec.train_op, poison))
+
+    strategy = mirrored if strategy_name == "mirrored4" else tf.distribute.get_strategy()
+    model = kte.EstimatorModel(
+        model_fn, params={"optimizer": "sgd"}, strategy=strategy, train_batch_size=16,
+        config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=4)),
+    )
+    saver = kte.CheckpointSaver(str(tmp_path), save_steps=4)
+    with pytest.raises(FloatingPointError, match=r"variable 'mlp/hidden/bias' holds NaN or Inf.*global step 8"):
+        model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=12), saver], verbose=0)
+    assert saved_steps(tmp_path) == [4]
+    assert np.isfinite(tf.train.load_variable(str(tmp_path), "mlp/hidden/bias")).all()
+
+
 def test_spec_training_hooks_run_as_callbacks(tmp_path):
     class Count(keras.callbacks.Callback):
         executions = 0
