@@ -34,6 +34,7 @@ from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.legacy import per_replica_collections
 from keras_tpu_estimator.loop import make_loop_function
 from keras_tpu_estimator.model_fn import ModelFnRunner, check_model_fn
+from keras_tpu_estimator.preemption import StopRequests
 from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn
 from keras_tpu_estimator.strategy import resolve_strategy
 
@@ -434,6 +435,33 @@ class EstimatorModel(keras.Model):
         )
         self.stop_training = False
         self._step_during_fit = None
+        stop = StopRequests()
+        with stop.installed():  # until the end: a signal during on_train_end waits for it
+            epoch_logs = self._fit_loop(
+                callbacks, dataset, function, stop, epochs, initial_epoch, steps_per_epoch,
+                verbose, validation_data, validation_steps, validation_freq,
+            )
+            self._runner.host.finish(ModeKeys.TRAIN)
+            self._step_during_fit = None
+            callbacks.on_train_end(logs=epoch_logs)
+        stop.raise_if_requested()
+        return self.history
+
+    def _fit_loop(
+        self,
+        callbacks: Any,
+        dataset: Any,
+        function: Callable,
+        stop: StopRequests,
+        epochs: int,
+        initial_epoch: int,
+        steps_per_epoch: int | None,
+        verbose: Any,
+        validation_data: Any,
+        validation_steps: int | None,
+        validation_freq: int,
+    ) -> dict:
+        """The epochs of `fit`, up to (not including) `on_train_end`; returns the last epoch's logs."""
         callbacks.on_train_begin()  # may restore a checkpoint: read the step after it
         self._step_during_fit = int(self._runner.store.global_step.numpy())
         if steps_per_epoch is None and self.stop_at_step is not None:
@@ -476,6 +504,8 @@ class EstimatorModel(keras.Model):
                     if steps < size:
                         exhausted = True
                         break
+                    if stop.requested:
+                        self.stop_training = True
                 epoch_logs = dict(logs)
                 if validation_data is not None and (epoch + 1) % validation_freq == 0:
                     val_logs = self.evaluate(
@@ -494,10 +524,7 @@ class EstimatorModel(keras.Model):
         except BaseException:
             self._step_during_fit = None  # the variable is the truth again
             raise
-        self._runner.host.finish(ModeKeys.TRAIN)
-        self._step_during_fit = None
-        callbacks.on_train_end(logs=epoch_logs)
-        return self.history
+        return epoch_logs
 
     def evaluate(
         self,
