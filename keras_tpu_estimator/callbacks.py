@@ -8,6 +8,11 @@ boundaries and reads the true global step from the model.
 step. It does so through the model's public `stop_at_step` attribute, which
 `EstimatorModel` reads before every execution to size it as
 `min(steps_per_execution, stop_at_step - global_step)`.
+
+Under a multi-worker strategy only the chief writes into `model_dir`; the
+other workers write the same files into a temporary directory, removed at
+the end (saving reads variables, which may take every worker's part), and
+time-based decisions are agreed on by all workers.
 """
 
 from __future__ import annotations
@@ -24,8 +29,19 @@ import tensorflow as tf
 from keras_tpu_estimator.checkpoints import CheckpointKeeper, write_checkpoint
 from keras_tpu_estimator.config import check_positive_int
 from keras_tpu_estimator.export import export_saved_model
+from keras_tpu_estimator.strategy import any_worker, is_chief
 
 _log = logging.getLogger("keras_tpu_estimator")
+
+
+def _writable_dir(model: keras.Model, directory: str) -> tuple[str, str | None]:
+    """`(directory, None)` on the chief; `(temporary directory, it)` on other workers."""
+    if is_chief(model.distribute_strategy):
+        return directory, None
+    temporary = tempfile.mkdtemp(prefix="keras_tpu_estimator_worker_")
+    return temporary, temporary
+
+
 
 
 class StopAtStep(keras.callbacks.Callback):
@@ -117,8 +133,9 @@ class CheckpointSaver(keras.callbacks.Callback):
         self.saved_steps: list[int] = []
 
     def on_train_begin(self, logs: dict | None = None) -> None:
+        self._directory, self._temporary = _writable_dir(self.model, self.model_dir)
         self._keeper = CheckpointKeeper(
-            self.model_dir,
+            self._directory,
             self.model.checkpoint_variables,
             self.max_to_keep,
             self.keep_checkpoint_every_n_hours,
@@ -138,12 +155,18 @@ class CheckpointSaver(keras.callbacks.Callback):
         step = self.model.global_step
         if self.save_steps and step - self._last_step >= self.save_steps:
             self._save()
-        elif self.save_secs and time.monotonic() - self._last_time >= self.save_secs:
+        elif self.save_secs and any_worker(
+            self.model.distribute_strategy, time.monotonic() - self._last_time >= self.save_secs
+        ):
             self._save()
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        if self.model.global_step != self._last_step or not tf.train.latest_checkpoint(self.model_dir):
+        unsaved = self.model.global_step != self._last_step
+        missing = not tf.train.latest_checkpoint(self.model_dir)
+        if any_worker(self.model.distribute_strategy, unsaved or missing):
             self._save()
+        if self._temporary:
+            shutil.rmtree(self._temporary, ignore_errors=True)
 
 
 class StepSummaries(keras.callbacks.Callback):
@@ -174,7 +197,8 @@ class StepSummaries(keras.callbacks.Callback):
         self.global_batch_size = global_batch_size
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        self._writer = tf.summary.create_file_writer(self.logdir)
+        directory, self._temporary = _writable_dir(self.model, self.logdir)
+        self._writer = tf.summary.create_file_writer(directory)
         self._last_step = self.model.global_step
         self._last_time = time.monotonic()
 
@@ -194,6 +218,8 @@ class StepSummaries(keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         self._writer.flush()
         self._writer.close()
+        if self._temporary:
+            shutil.rmtree(self._temporary, ignore_errors=True)
 
 
 class StepLogger(keras.callbacks.Callback):

@@ -193,9 +193,12 @@ class RunConfig:
         keep_checkpoint_max, keep_checkpoint_every_n_hours: Checkpoint retention.
         log_step_count_steps, save_summary_steps: Logging and summary frequency.
         tf_random_seed: Global seed set before the model is built.
-        session_config, device_fn, protocol, train_distribute, eval_distribute,
+        train_distribute: A `tf.distribute.Strategy` to run on (with `use_tpu=True`),
+            for example a `MultiWorkerMirroredStrategy` created at program start.
+        session_config, device_fn, protocol, eval_distribute,
         experimental_max_worker_delay_secs, session_creation_timeout_secs,
-        checkpoint_save_graph_def: Accepted and ignored (TF1 session settings).
+        checkpoint_save_graph_def: Accepted and ignored (TF1 session settings;
+            evaluation uses the training strategy).
 
     Example:
 

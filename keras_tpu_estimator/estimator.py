@@ -33,6 +33,7 @@ from keras_tpu_estimator.export import export_saved_model
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.model_fn import check_params
 from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn, check_hooks
+from keras_tpu_estimator.strategy import is_chief
 
 _log = logging.getLogger("keras_tpu_estimator")
 
@@ -286,9 +287,10 @@ class TPUEstimator:
         callbacks = [_RestoreOrWarmStart(path, None), *check_hooks("hooks", hooks)]
         loss = model.evaluate(input_fn, steps=steps, callbacks=callbacks, verbose=0)
         step = model.global_step
-        logdir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
-        with tf.summary.create_file_writer(logdir).as_default(step=step):
-            tf.summary.scalar("loss", loss)
+        if is_chief(model.distribute_strategy):
+            logdir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
+            with tf.summary.create_file_writer(logdir).as_default(step=step):
+                tf.summary.scalar("loss", loss)
         return {"loss": loss, "global_step": step}
 
     def predict(

@@ -22,6 +22,7 @@ import contextlib
 import copy
 import logging
 import math
+import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,7 +37,7 @@ from keras_tpu_estimator.loop import make_loop_function
 from keras_tpu_estimator.model_fn import ModelFnRunner, check_model_fn
 from keras_tpu_estimator.preemption import StopRequests
 from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn
-from keras_tpu_estimator.strategy import resolve_strategy
+from keras_tpu_estimator.strategy import any_worker, num_workers, resolve_strategy
 
 _log = logging.getLogger(__name__)
 
@@ -115,6 +116,8 @@ class EstimatorModel(keras.Model):
         elif strategy is None:
             if tf.distribute.has_strategy():
                 strategy = tf.distribute.get_strategy()
+            elif config.train_distribute is not None:
+                strategy = config.train_distribute
             else:
                 strategy = resolve_strategy(use_tpu, config.master, config.cluster)
         num_shards = config.tpu_config.num_shards
@@ -126,6 +129,7 @@ class EstimatorModel(keras.Model):
                 strategy.num_replicas_in_sync,
             )
         self._distribute_strategy = strategy
+        self._multi_worker = num_workers(strategy) > 1
         if config.tf_random_seed is not None:
             keras.utils.set_random_seed(config.tf_random_seed)
         batch_sizes = {
@@ -504,6 +508,9 @@ class EstimatorModel(keras.Model):
                     if steps < size:
                         exhausted = True
                         break
+                    if self._multi_worker:  # every worker stops at the same execution
+                        if any_worker(self._distribute_strategy, stop.requested):
+                            stop.request(stop.signal or signal.SIGTERM)
                     if stop.requested:
                         self.stop_training = True
                 epoch_logs = dict(logs)

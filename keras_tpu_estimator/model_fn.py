@@ -45,7 +45,7 @@ from keras_tpu_estimator.inputs import (
 from keras_tpu_estimator.legacy import model_fn_scope, summary_names
 from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, ModelFn, TPUEstimatorSpec, check_spec
-from keras_tpu_estimator.strategy import TPUContext, per_replica_batch_size
+from keras_tpu_estimator.strategy import TPUContext, num_workers, per_replica_batch_size
 from keras_tpu_estimator.variables import VariableStore
 
 _log = logging.getLogger(__name__)
@@ -122,6 +122,8 @@ class ModelFnRunner:
         self.use_tpu = bool(use_tpu)
         self.batch_sizes = dict(batch_sizes)
         self.num_replicas = strategy.num_replicas_in_sync if use_tpu else 1
+        # Replicas whose values this process sees (all but under a multi-worker strategy).
+        self.local_replicas = self.num_replicas // num_workers(strategy) if use_tpu else 1
         for mode, size in self.batch_sizes.items():
             if size is not None:
                 per_replica_batch_size(size, self.num_replicas, BATCH_ARG[mode])
@@ -217,7 +219,7 @@ class ModelFnRunner:
             if mode == ModeKeys.PREDICT:
                 output_spec = (self._prediction_spec(spec.predictions, mask_spec), mask_spec)
         self.host_specs[mode] = self.host.record(
-            mode, spec, self.num_replicas, padded=mask_spec is not None
+            mode, spec, self.local_replicas, padded=mask_spec is not None
         )
         hooks = {
             ModeKeys.TRAIN: "training_hooks",

@@ -8,6 +8,7 @@ per-replica batch size, and `TPUContext`, the object a `model_fn` or
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
 from typing import Any
@@ -60,7 +61,68 @@ def resolve_strategy(
         if key not in _RESOLVED:
             _RESOLVED[key] = _tpu_strategy(master, cluster) or _local_strategy()
         return _RESOLVED[key]
+    if use_tpu and _tf_config_tasks() > 1:
+        return _multi_worker_strategy()
     return _local_strategy() if use_tpu else tf.distribute.get_strategy()
+
+
+def _tf_config_tasks() -> int:
+    """Workers (and chief) listed in the `TF_CONFIG` environment variable."""
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    except ValueError as error:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from None
+    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+
+
+def _multi_worker_strategy() -> tf.distribute.Strategy:
+    if "multi_worker" not in _RESOLVED:
+        try:
+            _RESOLVED["multi_worker"] = tf.distribute.MultiWorkerMirroredStrategy()
+        except RuntimeError as error:
+            raise RuntimeError(
+                f"TF_CONFIG lists several workers, but MultiWorkerMirroredStrategy could not "
+                f"start ({error}). Create it at program start, before other TensorFlow calls, "
+                "and pass it: RunConfig(train_distribute=tf.distribute.MultiWorkerMirroredStrategy())."
+            ) from error
+    return _RESOLVED["multi_worker"]
+
+
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    """Processes that run replicas of `strategy` (1 unless it is multi-worker).
+
+    Example:
+
+    >>> num_workers(tf.distribute.get_strategy())
+    1
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or _compat.is_tpu_strategy(strategy):
+        return 1
+    cluster = resolver.cluster_spec().as_dict()
+    return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+
+
+def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
+    """True on every worker if `flag` is True on any worker (an all-reduce when multi-worker).
+
+    Workers must take the same decisions (save now, stop now): a collective op
+    that one worker skips leaves the others waiting.
+
+    Example:
+
+    >>> any_worker(tf.distribute.get_strategy(), False)
+    False
+    """
+    if num_workers(strategy) == 1:
+        return flag
+    votes = strategy.run(lambda: tf.constant(int(flag), tf.int32))
+    return bool(strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None) > 0)
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """True in the process that writes checkpoints and summaries (always, on one machine)."""
+    return bool(strategy.extended.should_checkpoint)
 
 
 def _tpu_candidates(master: str | None) -> list[str]:
