@@ -9,7 +9,7 @@ LAYERS = {
     "strategy": 2, "variables": 2, "inputs": 2, "checkpoints": 2, "legacy": 2, "cross_replica": 2,
     "loop": 3, "host": 3, "padding": 3, "export": 3, "preemption": 3,
     "model_fn": 4,
-    "model": 5,
+    "trainer": 5, "model": 5,
     "callbacks": 6,
     "estimator": 7,
 }

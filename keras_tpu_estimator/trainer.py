@@ -1,0 +1,377 @@
+"""`EstimatorTrainer`: `fit`, `evaluate` and `predict` of `EstimatorModel`.
+
+The host-side driver, kept apart from the model as Keras 3 keeps `Trainer`
+apart from `Model`: it sizes executions, runs them through the model's loop
+functions, feeds Keras' `CallbackList` (history, progress bar, any stock
+callback), and stops cleanly on a NaN, a signal or the end of the input.
+It uses the model's runner, loop functions and global step; it owns no state
+of its own beyond one `fit` call.
+
+Exact executions: each runs
+`min(steps_per_execution, steps left in the epoch, stop_at_step - global_step)`
+steps; the count is a tensor, so the tail does not retrace.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu_estimator.preemption import StopRequests
+from keras_tpu_estimator.spec import InputFn, ModeKeys
+from keras_tpu_estimator.strategy import any_worker
+
+_log = logging.getLogger("keras_tpu_estimator.model")
+
+
+class EstimatorTrainer:
+    """The `fit` / `evaluate` / `predict` half of `EstimatorModel` (a mixin; see `EstimatorModel`).
+
+    Example:
+
+    ```python
+    model = EstimatorModel(model_fn, train_batch_size=64)   # an EstimatorTrainer
+    model.fit(input_fn, callbacks=[StopAtStep(steps=100)])
+    ```
+    """
+
+    def _execution_size(self, limit: int | None, training: bool = True) -> int:
+        loop = self._iterations_per_loop
+        if loop.unit == "count":
+            size = loop.value
+        elif self._seconds_per_step is None:
+            size = 1
+        else:
+            size = max(1, int(loop.value / max(self._seconds_per_step, 1e-9)))
+        if limit is not None:
+            size = min(size, limit)
+        if training and self.stop_at_step is not None:
+            size = min(size, self.stop_at_step - self.global_step)
+        return size
+
+    def _executions(
+        self, mode: str, function: Callable, iterator: Any, steps: int | None
+    ) -> Iterator[tuple[int, int, float, float, Any]]:
+        """Runs executions until `steps` steps or the end of the input.
+
+        Yields `(steps_before, count, loss_sum, weight_sum, outputs)` for each
+        execution that ran at least one step.
+        """
+        done = 0
+        while steps is None or done < steps:
+            size = self._execution_size(None if steps is None else steps - done, training=False)
+            count, loss_sum, weight_sum, outputs = self._run_execution(mode, function, iterator, size)
+            if count:
+                yield done, count, loss_sum, weight_sum, outputs
+                done += count
+            if count < size:
+                return
+
+    def _run_execution(self, mode: str, function: Callable, iterator: Any, size: int) -> Any:
+        """Runs one execution and hands its host tensors to the host thread.
+
+        Returns:
+            `(steps, loss_sum, weight_sum, outputs)`; `loss_sum / weight_sum`
+            is the execution's mean loss per real row.
+        """
+        first_step = self.global_step if mode == ModeKeys.TRAIN else 0
+        start = time.perf_counter()
+        result = function(iterator, tf.constant(size, tf.int32))
+        steps = int(result.steps)
+        loss_sum, weight_sum = float(result.loss_sum), float(result.weight_sum)
+        if steps:
+            self._seconds_per_step = (time.perf_counter() - start) / steps
+            self.last_execution_loss = loss_sum / max(weight_sum, 1e-12)
+        if result.after is not None:
+            step, all_finite, finite = result.after
+            if self._step_during_fit is not None:
+                self._step_during_fit = int(step)
+            if steps and not bool(all_finite):
+                self._check_variables_finite(finite)
+        if result.host is not None and steps:
+            host = [tensor.numpy() for tensor in result.host]
+            self._runner.host.submit(mode, host, first_step, steps)
+        return steps, loss_sum, weight_sum, result.outputs
+
+    def fit(
+        self,
+        x: InputFn | tf.data.Dataset | Any = None,
+        y: Any = None,
+        batch_size: int | None = None,
+        epochs: int = 1,
+        verbose: str | int = "auto",
+        callbacks: list[keras.callbacks.Callback] | None = None,
+        validation_data: Any = None,
+        initial_epoch: int = 0,
+        steps_per_epoch: int | None = None,
+        validation_steps: int | None = None,
+        validation_freq: int = 1,
+        **kwargs: Any,
+    ) -> keras.callbacks.History:
+        """Trains with `model_fn` in TRAIN mode; Keras' `fit` with exact executions.
+
+        Args:
+            x: An `input_fn(params)`, a batched `tf.data.Dataset` yielding
+                `features` or `(features, labels)`, or NumPy arrays.
+            batch_size: Global batch for arrays or an `input_fn` (overrides
+                `train_batch_size`).
+            epochs, verbose, callbacks, initial_epoch, validation_freq: As Keras.
+            steps_per_epoch: Steps per epoch; `None` means one pass over the input.
+            validation_data, validation_steps: Evaluated after each epoch as `val_loss`.
+
+        Returns:
+            The Keras `History`.
+
+        Example:
+
+        ```python
+        model.fit(input_fn, callbacks=[StopAtStep(steps=100)])
+        ```
+        """
+        if y is not None or any(v not in (None, True, 0.0) for v in kwargs.values()):
+            raise ValueError(
+                "EstimatorModel.fit takes the input as `x` (an input_fn or a dataset of "
+                "(features, labels)); `y`, `sample_weight`, `class_weight` and "
+                "`validation_split` are not supported. Received: "
+                f"{sorted(['y'] * (y is not None) + list(kwargs))}"
+            )
+        dataset = self._runner.distribute_input(x, ModeKeys.TRAIN, batch_size)
+        function = self.make_train_function()
+        callbacks = keras.callbacks.CallbackList(
+            list(callbacks or []) + self._runner.spec_hooks[ModeKeys.TRAIN],
+            add_history=True,
+            add_progbar=verbose != 0,
+            verbose=verbose,
+            epochs=epochs,
+            steps=steps_per_epoch,
+            model=self,
+        )
+        self.stop_training = False
+        self._step_during_fit = None
+        stop = StopRequests()
+        with stop.installed():  # until the end: a signal during on_train_end waits for it
+            epoch_logs = self._fit_loop(
+                callbacks, dataset, function, stop, epochs, initial_epoch, steps_per_epoch,
+                verbose, validation_data, validation_steps, validation_freq,
+            )
+            self._runner.host.finish(ModeKeys.TRAIN)
+            self._step_during_fit = None
+            callbacks.on_train_end(logs=epoch_logs)
+        stop.raise_if_requested()
+        return self.history
+
+    def _fit_loop(
+        self,
+        callbacks: Any,
+        dataset: Any,
+        function: Callable,
+        stop: StopRequests,
+        epochs: int,
+        initial_epoch: int,
+        steps_per_epoch: int | None,
+        verbose: Any,
+        validation_data: Any,
+        validation_steps: int | None,
+        validation_freq: int,
+    ) -> dict:
+        """The epochs of `fit`, up to (not including) `on_train_end`; returns the last epoch's logs."""
+        callbacks.on_train_begin()  # may restore a checkpoint: read the step after it
+        self._step_during_fit = int(self._runner.store.global_step.numpy())
+        if steps_per_epoch is None and self.stop_at_step is not None:
+            callbacks.set_params(
+                {"verbose": verbose, "epochs": epochs, "steps": max(0, self.stop_at_step - self.global_step)}
+            )
+        try:
+            iterator = iter(dataset) if steps_per_epoch else None
+            logs: dict = {}
+            epoch_logs: dict = {}
+            for epoch in range(initial_epoch, epochs):
+                if self.stop_training:
+                    break
+                self.reset_metrics()
+                callbacks.on_epoch_begin(epoch)
+                if steps_per_epoch is None:
+                    iterator = iter(dataset)
+                done, loss_sum, weight_sum, exhausted = 0, 0.0, 0.0, False
+                while not self.stop_training:
+                    size = self._execution_size(steps_per_epoch - done if steps_per_epoch else None)
+                    if size <= 0:
+                        break
+                    callbacks.on_train_batch_begin(done)
+                    steps, execution_loss, execution_weight, _ = self._run_execution(
+                        ModeKeys.TRAIN, function, iterator, size
+                    )
+                    if steps and not math.isfinite(execution_loss):
+                        raise FloatingPointError(
+                            f"The training loss became {self.last_execution_loss} in the execution "
+                            f"ending at global step {self.global_step}. Training stopped before any "
+                            "callback ran, so no checkpoint holds these weights. Check the input for "
+                            "NaN/Inf, lower the learning rate, or clip gradients."
+                        )
+                    if steps:
+                        done += steps
+                        loss_sum += execution_loss
+                        weight_sum += execution_weight
+                        logs = {"loss": loss_sum / weight_sum}
+                        callbacks.on_train_batch_end(done - 1, logs)
+                    if steps < size:
+                        exhausted = True
+                        break
+                    if self._multi_worker:  # every worker stops at the same execution
+                        if any_worker(self._distribute_strategy, stop.requested):
+                            stop.request(stop.signal or signal.SIGTERM)
+                    if stop.requested:
+                        self.stop_training = True
+                epoch_logs = dict(logs)
+                if validation_data is not None and (epoch + 1) % validation_freq == 0:
+                    val_logs = self.evaluate(
+                        validation_data, steps=validation_steps, verbose=0, return_dict=True
+                    )
+                    epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
+                callbacks.on_epoch_end(epoch, epoch_logs)
+                if exhausted and steps_per_epoch is not None:
+                    _log.warning(
+                        "The input ran out after %d steps in epoch %d; stopping. Use .repeat() "
+                        "for at least steps_per_epoch * epochs batches.",
+                        done,
+                        epoch,
+                    )
+                    break
+        except BaseException:
+            self._step_during_fit = None  # the variable is the truth again
+            raise
+        return epoch_logs
+
+    def evaluate(
+        self,
+        x: InputFn | tf.data.Dataset | Any = None,
+        y: Any = None,
+        batch_size: int | None = None,
+        verbose: str | int = "auto",
+        steps: int | None = None,
+        callbacks: list[keras.callbacks.Callback] | None = None,
+        return_dict: bool = False,
+        **kwargs: Any,
+    ) -> float | dict:
+        """Evaluates `model_fn` in EVAL mode; returns the mean loss over the steps.
+
+        `steps=None` runs to the end of the input. The loss of a step is the
+        mean over replicas of each replica's loss; the result is the mean over
+        steps.
+
+        Example:
+
+        ```python
+        model.evaluate(eval_input_fn, steps=10, return_dict=True)  # {"loss": ...}
+        ```
+        """
+        if y is not None or kwargs:
+            raise ValueError("EstimatorModel.evaluate takes its input as `x` only.")
+        dataset = self._runner.distribute_input(x, ModeKeys.EVAL, batch_size)
+        function = self.make_test_function()
+        callbacks = keras.callbacks.CallbackList(
+            list(callbacks or []) + self._runner.spec_hooks[ModeKeys.EVAL], add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
+        )
+        host = self._runner.host
+        if host.metrics is not None:
+            host.metrics.reset()
+        callbacks.on_test_begin()
+        logs: dict = {}
+        done, loss_sum, weight_sum = 0, 0.0, 0.0
+        callbacks.on_test_batch_begin(0)
+        for first, count, execution_loss, execution_weight, _ in self._executions(
+            ModeKeys.EVAL, function, iter(dataset), steps
+        ):
+            done = first + count
+            loss_sum, weight_sum = loss_sum + execution_loss, weight_sum + execution_weight
+            logs["loss"] = loss_sum / max(weight_sum, 1e-12)
+            callbacks.on_test_batch_end(done - 1, dict(logs))
+        if done == 0:
+            raise ValueError("evaluate() ran no steps: the input is empty.")
+        host.finish(ModeKeys.EVAL)
+        if host.metrics is not None:
+            logs.update(host.metrics.result())
+        callbacks.on_test_end(logs)
+        return dict(logs) if return_dict else logs["loss"]
+
+    def predict_batches(
+        self,
+        x: InputFn | tf.data.Dataset | Any,
+        batch_size: int | None = None,
+        verbose: str | int = "auto",
+        steps: int | None = None,
+        callbacks: list[keras.callbacks.Callback] | None = None,
+    ) -> Iterator[Any]:
+        """Yields the predictions of each step: only its real rows, in input order.
+
+        A step covers one global batch, so with an input of 100 rows and a
+        global batch of 16 the sizes are 16 (six times) and 4.
+
+        Example:
+
+        ```python
+        for batch in model.predict_batches(predict_input_fn):
+            print(batch["class"].shape)
+        ```
+        """
+        dataset = self._runner.distribute_input(x, ModeKeys.PREDICT, batch_size)
+        function = self.make_predict_function()
+        callbacks = keras.callbacks.CallbackList(
+            list(callbacks or []) + self._runner.spec_hooks[ModeKeys.PREDICT],
+            add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self,
+        )
+        rows = self._runner.global_batch[ModeKeys.PREDICT]
+        callbacks.on_predict_begin()
+        callbacks.on_predict_batch_begin(0)
+        for first, count, _, _, outputs in self._executions(
+            ModeKeys.PREDICT, function, iter(dataset), steps
+        ):
+            predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), outputs)
+            for index in range(count):
+                keep = mask[index * rows : (index + 1) * rows] > 0.5
+                batch = tf.nest.map_structure(
+                    lambda t, i=index, k=keep: t[i * rows : (i + 1) * rows][k], predictions
+                )
+                yield batch
+            callbacks.on_predict_batch_end(first + count - 1, {"outputs": batch})
+        self._runner.host.finish(ModeKeys.PREDICT)
+        callbacks.on_predict_end()
+
+    def predict(
+        self,
+        x: InputFn | tf.data.Dataset | Any,
+        batch_size: int | None = None,
+        verbose: str | int = "auto",
+        steps: int | None = None,
+        callbacks: list[keras.callbacks.Callback] | None = None,
+    ) -> Any:
+        """Runs `model_fn` in PREDICT mode; returns its predictions as NumPy arrays.
+
+        Every batch is padded to `params['batch_size']` rows per replica on the
+        device and the padded rows are dropped here, so the result has exactly
+        one row per input row, in input order, whatever the last batch's size.
+
+        Returns:
+            The structure of `TPUEstimatorSpec.predictions` (usually a dict).
+
+        Example:
+
+        ```python
+        predictions = model.predict(predict_input_fn)   # {"probabilities": array}
+        ```
+        """
+        batches = list(self.predict_batches(x, batch_size, verbose, steps, callbacks))
+        if not batches:
+            return tf.nest.map_structure(
+                lambda s: np.zeros([0] + s.shape[1:].as_list(), s.dtype.as_numpy_dtype),
+                self._runner.output_specs[ModeKeys.PREDICT][0],
+            )
+        return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *batches)
