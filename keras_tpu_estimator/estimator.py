@@ -9,10 +9,12 @@ with `StopAtStep`, `CheckpointSaver`, `StepSummaries` and `StepLogger`.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -33,7 +35,7 @@ from keras_tpu_estimator.export import export_saved_model
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.model_fn import check_params
 from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn, check_hooks
-from keras_tpu_estimator.strategy import is_chief
+from keras_tpu_estimator.strategy import is_chief, num_workers
 
 _log = logging.getLogger("keras_tpu_estimator")
 
@@ -43,6 +45,54 @@ class ExportSavedModelApiVersion(enum.Enum):
 
     V1 = 1
     V2 = 2
+
+
+_ABORTED = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+    tf.errors.DeadlineExceededError,
+)
+
+
+@contextlib.contextmanager
+def _sharing_worker_errors(model_dir: str, strategy: tf.distribute.Strategy) -> Iterator[None]:
+    """Under several workers, the error that ended one worker ends the others too.
+
+    A failing worker writes its error to `model_dir/worker_errors/`; a worker
+    whose collectives were aborted because a peer died re-raises with the
+    peer's error, so every process reports the original cause.
+    """
+    if num_workers(strategy) == 1:
+        yield
+        return
+    folder = os.path.join(model_dir, "worker_errors")
+    resolver = strategy.cluster_resolver
+    own = os.path.join(folder, f"{resolver.task_type}-{resolver.task_id}.txt")
+    tf.io.gfile.makedirs(folder)
+    if tf.io.gfile.exists(own):
+        tf.io.gfile.remove(own)
+    try:
+        yield
+    except Exception as error:
+        if not isinstance(error, _ABORTED):
+            with tf.io.gfile.GFile(own, "w") as report:
+                report.write(f"{type(error).__name__}: {error}")
+            raise
+        peers: list[str] = []
+        deadline = time.monotonic() + 5.0
+        while not peers and time.monotonic() < deadline:
+            peers = [p for p in tf.io.gfile.glob(os.path.join(folder, "*.txt")) if p != own]
+            time.sleep(0.2)
+        if not peers:
+            raise
+        reports = {
+            os.path.basename(p)[:-4]: tf.io.gfile.GFile(p).read().strip() for p in sorted(peers)
+        }
+        raise RuntimeError(
+            f"Training stopped because another worker failed: {reports}. "
+            "This worker's collectives were aborted."
+        ) from error
 
 
 class TPUEstimator:
@@ -257,7 +307,8 @@ class TPUEstimator:
             callbacks.append(StepSummaries(self.model_dir, config.save_summary_steps))
         if config.log_step_count_steps:
             callbacks.append(StepLogger(config.log_step_count_steps))
-        model.fit(input_fn, callbacks=callbacks + hooks, verbose=0)
+        with _sharing_worker_errors(self.model_dir, model.distribute_strategy):
+            model.fit(input_fn, callbacks=callbacks + hooks, verbose=0)
         return self
 
     def evaluate(

@@ -120,6 +120,8 @@ def test_an_error_in_one_worker_ends_every_worker(fail, tmp_path):
     assert codes[0] != 0 and codes[1] != 0
     expected = "input_fn failed on purpose" if fail == "input_fn" else "ZeroDivisionError"
     assert expected in outputs[1], outputs[1][-2000:]
+    # The healthy worker reports the failing worker's error, not only "collective aborted".
+    assert "another worker failed" in outputs[0] and expected in outputs[0], outputs[0][-2000:]
 
 
 def test_sigterm_to_one_worker_stops_both_at_the_same_execution_with_a_checkpoint(tmp_path):
