@@ -66,6 +66,16 @@ def progress(model_dir, index):
         return 0
 
 
+def start_slow_pair_and_wait(model_dir, worker, step):
+    """Two workers at 0.2 s per execution; returns once `worker` has reached `step`."""
+    ports = free_ports(2)
+    processes = [start(i, ports, model_dir, max_steps=400, seconds=0.2) for i in range(2)]
+    deadline = time.time() + 180
+    while progress(model_dir, worker) < step and time.time() < deadline:
+        time.sleep(0.05)
+    return processes
+
+
 def test_two_workers_train_like_one_process_and_only_the_chief_writes(tmp_path):
     single, multi, scratch = tmp_path / "single", tmp_path / "multi", tmp_path / "scratch"
     single.mkdir(), multi.mkdir(), scratch.mkdir()
@@ -86,11 +96,7 @@ def test_two_workers_train_like_one_process_and_only_the_chief_writes(tmp_path):
 
 
 def test_a_killed_worker_ends_the_other_and_both_resume_from_the_checkpoint(tmp_path):
-    ports = free_ports(2)
-    processes = [start(i, ports, tmp_path, max_steps=400, seconds=0.2) for i in range(2)]
-    deadline = time.time() + 180
-    while progress(tmp_path, 0) < 12 and time.time() < deadline:
-        time.sleep(0.05)
+    processes = start_slow_pair_and_wait(tmp_path, worker=0, step=12)
     processes[1].send_signal(signal.SIGKILL)
     killed_at = time.time()
     codes, outputs = finish(processes[:1], timeout=120)
@@ -125,11 +131,7 @@ def test_an_error_in_one_worker_ends_every_worker(fail, tmp_path):
 
 
 def test_sigterm_to_one_worker_stops_both_at_the_same_execution_with_a_checkpoint(tmp_path):
-    ports = free_ports(2)
-    processes = [start(i, ports, tmp_path, max_steps=400, seconds=0.2) for i in range(2)]
-    deadline = time.time() + 180
-    while progress(tmp_path, 1) < 12 and time.time() < deadline:
-        time.sleep(0.05)
+    processes = start_slow_pair_and_wait(tmp_path, worker=1, step=12)
     processes[1].send_signal(signal.SIGTERM)
     codes, outputs = finish(processes, timeout=60)
     assert codes == [42, 42], "\n".join(o[-2000:] for o in outputs)
