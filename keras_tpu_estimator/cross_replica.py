@@ -38,7 +38,13 @@ _Optimizer = tf.compat.v1.train.Optimizer
 
 
 def num_replicas() -> int:
-    """The replicas in sync in the current replica context (1 in cross-replica context)."""
+    """The replicas in sync in the current replica context (1 in cross-replica context).
+
+    Example:
+
+    >>> num_replicas()
+    1
+    """
     context = tf.distribute.get_replica_context()
     return 1 if context is None else context.num_replicas_in_sync
 
@@ -82,7 +88,13 @@ def _scaled(gradient: Any, factor: float) -> Any:
 
 
 def overrides_apply_gradients(optimizer: Any) -> bool:
-    """True when a TF1 optimizer class replaces `Optimizer.apply_gradients` (BERT-style)."""
+    """True when a TF1 optimizer class replaces `Optimizer.apply_gradients` (BERT-style).
+
+    Example:
+
+    >>> overrides_apply_gradients(tf.compat.v1.train.AdamOptimizer(0.1))
+    False
+    """
     for cls in type(optimizer).__mro__:
         if cls is _Optimizer:
             return False

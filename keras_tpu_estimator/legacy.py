@@ -89,12 +89,28 @@ def legacy_layers() -> Iterator[None]:
 
 
 def inside_model_fn() -> bool:
-    """True in a thread that is running `model_fn` under `model_fn_scope()`."""
+    """True in a thread that is running `model_fn` under `model_fn_scope()`.
+
+    Example:
+
+    ```python
+    with model_fn_scope():
+        assert inside_model_fn()
+    ```
+    """
     return getattr(_state, "depth", 0) > 0
 
 
 class UnsupportedInModelFnError(RuntimeError):
-    """A TF1 construct that cannot run inside a traced `model_fn`."""
+    """A TF1 construct that cannot run inside a traced `model_fn`.
+
+    Example:
+
+    ```python
+    def model_fn(features, labels, mode, params):
+        tf.compat.v1.Session()   # raises UnsupportedInModelFnError naming host_call
+    ```
+    """
 
 
 _NO_SESSION = (
@@ -229,5 +245,12 @@ def per_replica_collections(graph: tf.Graph | None = None) -> Iterator[None]:
 
 
 def summary_names(graph: tf.Graph) -> list[str]:
-    """Names of the TF1 summary ops (`tf.compat.v1.summary.*`) created in `graph`."""
+    """Names of the TF1 summary ops (`tf.compat.v1.summary.*`) created in `graph`.
+
+    Example:
+
+    ```python
+    summary_names(build_graph)   # ["my_loss"] after tf.compat.v1.summary.scalar("my_loss", loss)
+    ```
+    """
     return [op.name for op in graph.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)]

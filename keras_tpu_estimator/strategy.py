@@ -121,7 +121,13 @@ def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-    """True in the process that writes checkpoints and summaries (always, on one machine)."""
+    """True in the process that writes checkpoints and summaries (always, on one machine).
+
+    Example:
+
+    >>> is_chief(tf.distribute.get_strategy())
+    True
+    """
     return bool(strategy.extended.should_checkpoint)
 
 
