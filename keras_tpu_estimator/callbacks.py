@@ -42,8 +42,6 @@ def _writable_dir(model: keras.Model, directory: str) -> tuple[str, str | None]:
     return temporary, temporary
 
 
-
-
 class StopAtStep(keras.callbacks.Callback):
     """Stops `fit` at an exact global step, sizing the last execution to land on it.
 

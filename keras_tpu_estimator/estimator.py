@@ -86,9 +86,10 @@ def _sharing_worker_errors(model_dir: str, strategy: tf.distribute.Strategy) -> 
             time.sleep(0.2)
         if not peers:
             raise
-        reports = {
-            os.path.basename(p)[:-4]: tf.io.gfile.GFile(p).read().strip() for p in sorted(peers)
-        }
+        reports = {}
+        for path in sorted(peers):
+            with tf.io.gfile.GFile(path) as report:
+                reports[os.path.basename(path)[:-4]] = report.read().strip()
         raise RuntimeError(
             f"Training stopped because another worker failed: {reports}. "
             "This worker's collectives were aborted."
