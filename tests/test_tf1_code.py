@@ -359,3 +359,33 @@ def test_facade_trains_and_exports_a_compat_v1_layers_model(tmp_path):
     serve = tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
     images = tf1_models.image_data(64)[0]["image"]
     np.testing.assert_allclose(serve(image=tf.constant(images))["logits"].numpy(), predicted, atol=1e-5)
+
+
+def test_a_tf1_graph_checkpoint_of_the_same_code_loads_and_predicts_the_same(tmp_path):
+    """Train in a TF1 graph with a Session, save with tf.compat.v1.train.Saver, serve from the bridge."""
+    images = tf1_models.image_data(64)[0]["image"]
+    with tf.Graph().as_default(), kte.legacy_layers():
+        features = {"image": tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 1])}
+        labels = tf.compat.v1.placeholder(tf.int64, [None])
+        spec = tf1_models.cnn_model_fn(features, labels, kte.ModeKeys.TRAIN, {"batch_size": 32})
+        train_features, train_labels = tf1_models.image_data(32)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                session.run(spec.train_op, {features["image"]: train_features["image"], labels: train_labels})
+            tf.compat.v1.train.Saver().save(session, str(tmp_path / "model.ckpt"), global_step=3)
+    with tf.Graph().as_default(), kte.legacy_layers():
+        features = {"image": tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 1])}
+        spec = tf1_models.cnn_model_fn(features, None, kte.ModeKeys.PREDICT, {"batch_size": 64})
+        with tf.compat.v1.Session() as session:
+            tf.compat.v1.train.Saver().restore(session, str(tmp_path / "model.ckpt-3"))
+            expected = session.run(spec.predictions["logits"], {features["image"]: images})
+
+    estimator = kte.TPUEstimator(
+        tf1_models.cnn_model_fn, config=kte.RunConfig(model_dir=str(tmp_path)), params={},
+        train_batch_size=32, predict_batch_size=32,
+    )
+    predicted = np.stack([p["logits"] for p in estimator.predict(tf1_models.image_predict_input_fn)])
+    np.testing.assert_allclose(predicted, expected, rtol=1e-5, atol=1e-5)
+    estimator.train(tf1_models.image_input_fn, max_steps=7)  # resumes at step 3, slots included
+    assert estimator.latest_checkpoint().endswith("model.ckpt-7")
