@@ -260,16 +260,19 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
     def _after_train_execution(self) -> tuple:
         """Read inside the train function: the global step, and which trainable variables are finite."""
         step = self._runner.store.global_step.value.read_value()
-        checked = [v.value for v in self.trainable_variables if v.value.dtype.is_floating]
+        checked = [v.value for v in self._finite_checked_variables()]
         finite = tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in checked] or [tf.constant(True)])
         return step, tf.reduce_all(finite), finite
+
+    def _finite_checked_variables(self) -> list:
+        """The trainable floating-point variables, in the order of the finiteness flags."""
+        return [v for v in self.trainable_variables if v.value.dtype.is_floating]
 
     def _check_variables_finite(self, finite: Any) -> None:
         """Raises FloatingPointError naming the first trainable variable with NaN or Inf."""
         names = {id(v): name for name, v in self._runner.store.variables_by_name.items()}
-        checked = [v for v in self.trainable_variables if v.value.dtype.is_floating]
-        flags = finite.numpy()
-        bad = [names.get(id(v), v.path) for v, ok in zip(checked, flags, strict=False) if not ok]
+        checked = self._finite_checked_variables()
+        bad = [names.get(id(v), v.path) for v, ok in zip(checked, finite.numpy(), strict=False) if not ok]
         raise FloatingPointError(
             f"Trainable variable '{bad[0]}' holds NaN or Inf after the execution ending at global "
             f"step {self.global_step} ({len(bad)} bad in all: {bad[:5]}). Training stopped "

@@ -46,8 +46,9 @@ def resolve_strategy(
     configured name (`master`, else `TPU_NAME` or `COLAB_TPU_ADDR`, connected
     with `tf.config.experimental_connect_to_cluster`); `cluster` replaces
     both. The TPU system is initialised once per process and resolver. Without
-    a TPU: a `MirroredStrategy` over the visible GPUs when there are two or
-    more, else the default strategy. The result is cached per process: two
+    a TPU: a `MultiWorkerMirroredStrategy` when `TF_CONFIG` lists several
+    workers, else a `MirroredStrategy` over the visible GPUs when there are
+    two or more, else the default strategy. The result is cached per process: two
     `MirroredStrategy` objects in one process collide on collective keys.
 
     Example:
@@ -72,6 +73,10 @@ def _tf_config_tasks() -> int:
         cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
     except ValueError as error:
         raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from None
+    return _count_workers(cluster)
+
+
+def _count_workers(cluster: dict) -> int:
     return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
 
 
@@ -99,8 +104,7 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or _compat.is_tpu_strategy(strategy):
         return 1
-    cluster = resolver.cluster_spec().as_dict()
-    return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+    return max(1, _count_workers(resolver.cluster_spec().as_dict()))
 
 
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
