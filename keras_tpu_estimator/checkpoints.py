@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -117,13 +117,18 @@ def checkpoint_step(path: str) -> int:
 
 
 def init_from_checkpoint(
-    variables: Mapping[str, Any], ckpt_dir_or_file: str, assignment_map: Mapping[str, Any]
+    variables: Mapping[str, Any],
+    ckpt_dir_or_file: str,
+    assignment_map: Mapping[str, Any],
+    only: Collection[str] | None = None,
 ) -> list[str]:
     """TF1's `init_from_checkpoint` rules, applied to `{name: variable}` now.
 
     `assignment_map` maps checkpoint names to model names: `"scope/": "scope2/"`
     maps every model variable under `scope2/` to the same name under `scope/`
     (`"/"` is the root); `"name": "name2"` (or a variable) maps one variable.
+    `only` limits the assignment to those model names (the variables being
+    initialised now); the map is still checked against all of `variables`.
 
     Returns:
         The model variable names assigned.
@@ -153,6 +158,10 @@ def init_from_checkpoint(
                     f"Model variables: {sorted(variables)}"
                 )
             name_map[target] = source
+    if only is not None:
+        name_map = {n: source for n, source in name_map.items() if n in only}
+    if not name_map:
+        return []
     return restore_checkpoint(
         ckpt_dir_or_file, {n: variables[n] for n in name_map}, name_map=name_map
     )

@@ -241,6 +241,19 @@ class TPUEstimator:
             )
         return latest
 
+    def _checkpoint_or_initialization(self, checkpoint_path: str | None, action: str) -> str | None:
+        """The checkpoint to restore; None (with the original's log line) to run on initial values."""
+        if checkpoint_path:
+            return resolve_checkpoint_path(checkpoint_path)
+        latest = self.latest_checkpoint()
+        if latest is None:
+            _log.warning(
+                "Could not find trained model in model_dir: %s, running initialization to %s.",
+                self.model_dir,
+                action,
+            )
+        return latest
+
     # ------------------------------------------------------------------ modes
     def _model(self, use_tpu: bool) -> EstimatorModel:
         return EstimatorModel(
@@ -322,28 +335,45 @@ class TPUEstimator:
     ) -> dict:
         """Evaluates the latest (or given) checkpoint for `steps` steps (None: to the end of input).
 
+        Without a checkpoint it evaluates freshly initialised (or warm-started)
+        variables, with the original's log line.
+
         Returns:
-            `{"loss": mean loss over steps, "global_step": step of the checkpoint}`;
-            the loss is also written to `model_dir/eval[_name]` for TensorBoard.
+            Every `eval_metrics` / `eval_metric_ops` value, `loss` (the mean of
+            the steps' losses) and `global_step` (the checkpoint's step); each
+            value is also written to `model_dir/eval[_name]` for TensorBoard.
 
         Example:
 
         ```python
-        estimator.evaluate(eval_input_fn, steps=100)
+        estimator.evaluate(eval_input_fn, steps=100)  # {"accuracy": ..., "loss": ..., "global_step": ...}
         ```
         """
         if steps is not None:
             check_positive_int("steps", steps)
-        path = self._require_checkpoint(checkpoint_path)
+        path = self._checkpoint_or_initialization(checkpoint_path, "evaluate")
         model = self._model(self._use_tpu and self._eval_on_tpu)
-        callbacks = [_RestoreOrWarmStart(path, None), *check_hooks("hooks", hooks)]
-        loss = model.evaluate(input_fn, steps=steps, callbacks=callbacks, verbose=0)
+        callbacks = [
+            _RestoreOrWarmStart(path, None if path else self._warm_start),
+            *check_hooks("hooks", hooks),
+        ]
+        logs = model.evaluate(input_fn, steps=steps, callbacks=callbacks, verbose=0, return_dict=True)
+        if "global_step" in logs:
+            raise ValueError(
+                "Metric with name `global_step` is not allowed, because Estimator already "
+                "defines a default metric with the same name. Rename the metric."
+            )
         step = model.global_step
         if is_chief(model.distribute_strategy):
             logdir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
             with tf.summary.create_file_writer(logdir).as_default(step=step):
-                tf.summary.scalar("loss", loss)
-        return {"loss": loss, "global_step": step}
+                for key, value in logs.items():
+                    tf.summary.scalar(key, value)
+                if path:
+                    tf.summary.text("checkpoint_path", path)
+        results = {key: np.float32(value) for key, value in logs.items()}
+        results["global_step"] = np.int64(step)
+        return results
 
     def predict(
         self,
@@ -367,9 +397,12 @@ class TPUEstimator:
             print(prediction["class"])
         ```
         """
-        path = self._require_checkpoint(checkpoint_path)
+        path = self._checkpoint_or_initialization(checkpoint_path, "predict")
         model = self._model(self._use_tpu)
-        callbacks = [_RestoreOrWarmStart(path, None), *check_hooks("hooks", hooks)]
+        callbacks = [
+            _RestoreOrWarmStart(path, None if path else self._warm_start),
+            *check_hooks("hooks", hooks),
+        ]
         keys = None
         if predict_keys is not None:
             keys = [predict_keys] if isinstance(predict_keys, str) else list(predict_keys)

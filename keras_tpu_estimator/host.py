@@ -281,12 +281,6 @@ class HostRunner:
             Per-replica `tf.TensorSpec`s of what each step sends to the host
             (the padding mask last when `padded`), or None when nothing is sent.
         """
-        if getattr(spec, "eval_metric_ops", None) and mode == "eval":
-            raise ValueError(
-                "EstimatorSpec.eval_metric_ops cannot run inside the device loop. Return "
-                "TPUEstimatorSpec(eval_metrics=(metric_fn, tensors)) instead."
-            )
-
         def gathered(tensor: Any) -> tf.TensorSpec:
             shape = tensor.shape.as_list()
             # Padded rows are dropped before the host sees them: any row count.

@@ -7,6 +7,8 @@
   to the `tf_keras` package; under Keras 3 TensorFlow otherwise raises
   "`dense` is not available with Keras 3". Nothing global changes: `keras`
   and `tf.keras` stay Keras 3, and the routing ends with the scope.
+- TF1 layers' updates (batch norm's moving averages) go to `UPDATE_OPS`, and
+  run when the `train_op` depends on them, as in TF1.
 - Constructs that cannot run in a traced `model_fn` (a `Session`, queue
   runners, `tf.contrib`) raise an error that names the replacement.
 
@@ -175,8 +177,40 @@ def _refusing(original: Any, name: str, message: str) -> Any:
     return refusing
 
 
+def _collecting_add_update(original: Any) -> Any:
+    """`add_update` of TF1 layers that also puts each update into `UPDATE_OPS`.
+
+    tf_keras runs a layer's updates (batch norm's moving averages) as soon as
+    they are added, as TF2 does; in a TF1 graph they went to `UPDATE_OPS`, and
+    ran when `train_op` depended on them. Here, too: only what is fetched runs.
+    """
+
+    def add_update(self: Any, updates: Any) -> None:
+        recorded: list = []
+
+        def recording(update: Any) -> Any:
+            def run() -> Any:
+                result = update()
+                recorded.append(result)
+                return result
+
+            return run
+
+        flat = tf.nest.flatten(updates)
+        original(self, [recording(u) if callable(u) else u for u in flat])
+        recorded += [u for u in flat if not callable(u)]
+        for update in recorded:
+            if update is not None:
+                tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, update)
+
+    return add_update
+
+
 def _guard_patches() -> list:
     patches = [(tf, "contrib", _RemovedContrib())]
+    layer = _compat.loaded_tf_keras_layer()
+    if layer is not None:
+        patches.append((layer, "add_update", _collecting_add_update(layer.add_update)))
     for v1 in _compat.compat_v1_modules():
         patches.append((v1, "contrib", _RemovedContrib()))
         for owner, attribute, name in [

@@ -12,6 +12,11 @@ Vocabulary used across the package:
 per-step outputs (concatenated across replicas in replica order). Because
 `num_steps` is a tensor argument, a short tail execution reuses the same trace.
 What a step does, and when to stop, belong to `model.py`.
+
+Each step has TF1 fetch semantics (`fetches.py`): only what the replica step
+returns, and what that needs, runs. Under a `TPUStrategy` each replica's step
+is pruned inside the TPU computation; under other strategies the whole
+`strategy.run` is, so that cross-replica `merge_call`s stay in one graph.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import tensorflow as tf
+
+from keras_tpu_estimator import _compat
+from keras_tpu_estimator.fetches import run_fetched
 
 ReplicaStep = Callable[[Any], dict]
 """Runs in replica context on one batch; returns `{"loss", "weight", "outputs", "host"}`.
@@ -35,9 +43,11 @@ class ExecutionResult(NamedTuple):
 
     Attributes:
         steps: Steps actually run (fewer than asked when the input ended).
-        loss_sum: Sum over steps and replicas of `loss * weight`.
-        weight_sum: Sum over steps and replicas of `weight` (real rows);
-            `loss_sum / weight_sum` is the mean loss per real row.
+        loss_sum: Sum over steps of each step's loss: the mean over replicas
+            of their losses, weighted by their real rows (`weight`).
+        weight_sum: The number of steps with a real row; `loss_sum /
+            weight_sum` is the mean of the steps' losses, as TPUEstimator's
+            `evaluate` reported it.
         outputs: Per-step outputs concatenated over replicas and steps
             (`[steps * global_batch, ...]`), or `None`.
         host: Per-step host tensors concatenated over replicas and stacked
@@ -67,6 +77,7 @@ def make_loop_function(
     output_spec: Any = None,
     host_spec: Any = None,
     read_after: Callable[[], tf.Tensor] | None = None,
+    replica_tail: Callable[[dict], dict] | None = None,
 ) -> Callable[[Any, tf.Tensor], ExecutionResult]:
     """Builds `loop(iterator, num_steps) -> ExecutionResult`.
 
@@ -81,6 +92,10 @@ def make_loop_function(
             `replica_step(...)["host"]`, kept step by step for the host, or `None`.
         read_after: Called after the last step, in the same function; its
             value comes back as `ExecutionResult.after` (saves a separate read).
+        replica_tail: Runs in replica context on what `replica_step`
+            returned, after it and without pruning (every op it makes runs);
+            returns the step's result. For work that must always run, such
+            as a Keras optimizer's update.
 
     Returns:
         A `tf.function`. Call it with an iterator of a distributed dataset and
@@ -118,6 +133,26 @@ def make_loop_function(
             values,
         )
 
+    def run_replicas(data: Any) -> dict:
+        if _compat.is_tpu_strategy(strategy):  # one replica function, no threads
+
+            def replica(batch: Any) -> dict:
+                result = run_fetched(lambda: replica_step(batch))
+                return result if replica_tail is None else replica_tail(result)
+
+            with around_run():
+                return strategy.run(replica, args=(data,))
+
+        def traced() -> dict:
+            with around_run():
+                return strategy.run(replica_step, args=(data,))
+
+        result = run_fetched(traced)
+        if replica_tail is None:
+            return result
+        with around_run():
+            return strategy.run(replica_tail, args=(result,))
+
     @tf.function(autograph=False)
     def loop(iterator: Any, num_steps: tf.Tensor) -> ExecutionResult:
         arrays = (new_arrays(output_spec), new_arrays(host_spec))
@@ -129,8 +164,7 @@ def make_loop_function(
             optional = iterator.get_next_as_optional()
 
             def run() -> Any:
-                with around_run():
-                    result = strategy.run(replica_step, args=(optional.get_value(),))
+                result = run_replicas(optional.get_value())
                 # Local sums over this host's replicas: no collective op needed.
                 losses = strategy.experimental_local_results(result["loss"])
                 weights = strategy.experimental_local_results(result["weight"])
@@ -138,11 +172,15 @@ def make_loop_function(
                     [tf.cast(x, tf.float32) * tf.cast(w, tf.float32) for x, w in zip(losses, weights, strict=True)]
                 )
                 weight = tf.add_n([tf.cast(w, tf.float32) for w in weights])
+                # The step's loss: the replica mean weighted by real rows. A step
+                # of padding only (weight 0) does not count.
+                counted = tf.cast(weight > 0, tf.float32)
+                step_loss = tf.math.divide_no_nan(weighted, weight)
                 new_arrays = (
                     write(arrays[0], output_spec, step, result.get("outputs")),
                     write(arrays[1], host_spec, step, result.get("host")),
                 )
-                return step + 1, tf.constant(False), (sums[0] + weighted, sums[1] + weight), new_arrays
+                return step + 1, tf.constant(False), (sums[0] + step_loss, sums[1] + counted), new_arrays
 
             def stop() -> Any:
                 return step, tf.constant(True), sums, arrays

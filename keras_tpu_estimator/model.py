@@ -177,9 +177,13 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
     def checkpoint_variables(self) -> dict[str, keras.Variable]:
         """What a checkpoint holds: `variables_by_name` plus the Keras optimizer's variables.
 
-        The optimizer's are named `keras_optimizer/<path>`.
+        The optimizer's are named `keras_optimizer/<path>`. TF1 local variables
+        (metric accumulators) are not saved, as a TF1 `Saver` did not save them.
         """
-        variables = self._runner.store.variables_by_name
+        store = self._runner.store
+        variables = store.variables_by_name
+        for name in store.local_names:
+            del variables[name]
         if self._runner.uses_keras_optimizer and self.optimizer is not None:
             for variable in self.optimizer.variables:
                 variables[f"keras_optimizer/{variable.path}"] = variable
@@ -255,6 +259,11 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
             output_spec=self._runner.output_specs.get(mode),
             host_spec=self._runner.host_specs.get(mode),
             read_after=self._after_train_execution if mode == ModeKeys.TRAIN else None,
+            replica_tail=(
+                self._runner.apply_keras_optimizer
+                if mode == ModeKeys.TRAIN and self._runner.uses_keras_optimizer
+                else None
+            ),
         )
 
     def _after_train_execution(self) -> tuple:

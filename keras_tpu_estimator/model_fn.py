@@ -34,6 +34,7 @@ from keras_tpu_estimator import _compat
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.cross_replica import synchronized_gradients
+from keras_tpu_estimator.fetches import run_fetched
 from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.inputs import (
     call_input_fn,
@@ -135,6 +136,8 @@ class ModelFnRunner:
         self.host_specs: dict = {}
         self.element_specs: dict = {}
         self.uses_keras_optimizer = False
+        self.eval_metric_names: list[str] = []
+        self._metric_values: Any = None
 
     def params_for(self, mode: str, input_context: Any = None) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `use_tpu`, `context`."""
@@ -192,6 +195,7 @@ class ModelFnRunner:
                             "or pad every batch to a fixed size."
                         )
         init_calls: list = []
+        existing = set(self.store.variables_by_name)
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.store.creating())
             graph = stack.enter_context(_compat.default_replica_graph(f"build_{mode}"))
@@ -227,8 +231,12 @@ class ModelFnRunner:
             ModeKeys.PREDICT: "prediction_hooks",
         }[mode]
         self.spec_hooks[mode] = list(getattr(spec, hooks))
+        # TF1 ran init_from_checkpoint as the variables' initializers: once, when
+        # they are created (a restore from model_dir comes later and wins).
+        variables = self.store.variables_by_name
+        created = set(variables) - existing
         for ckpt, assignment_map in init_calls:
-            init_from_checkpoint(self.store.variables_by_name, ckpt, assignment_map)
+            init_from_checkpoint(variables, ckpt, assignment_map, only=created)
         if mode == ModeKeys.TRAIN:
             self.uses_keras_optimizer = spec.train_op is None
             if spec.train_op is None:
@@ -241,8 +249,53 @@ class ModelFnRunner:
                     )
                 with self.strategy.scope():
                     self._owner.optimizer.build(self._owner.trainable_variables)
+        if mode == ModeKeys.EVAL:
+            self.eval_metric_names = self._check_eval_metric_ops(spec)
         self.output_specs[mode] = output_spec
         self._owner.built = True
+
+    def _check_eval_metric_ops(self, spec: Any) -> list[str]:
+        """The names of `EstimatorSpec.eval_metric_ops`, where they can run (not on the TPU path)."""
+        metric_ops = getattr(spec, "eval_metric_ops", None) or {}
+        if metric_ops and self.use_tpu:
+            raise ValueError(
+                "EstimatorSpec.eval_metric_ops cannot run on the TPU path (use_tpu=True), as "
+                "in TPUEstimator. Return TPUEstimatorSpec(eval_metrics=(metric_fn, tensors)), "
+                "or evaluate with use_tpu=False (eval_on_tpu=False)."
+            )
+        for name, pair in metric_ops.items():
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+                raise TypeError(
+                    f"eval_metric_ops[{name!r}] must be a (value, update_op) pair, as "
+                    f"tf.compat.v1.metrics return. Received: {pair!r}"
+                )
+        return sorted(metric_ops)
+
+    def eval_metric_values(self) -> dict[str, float]:
+        """The values of `eval_metric_ops` now: what TF1 read after the last update.
+
+        Traces `model_fn(EVAL)` once more and runs only the metrics' value
+        tensors (their update ops are not fetched, so they do not run).
+        """
+        if not self.eval_metric_names:
+            return {}
+        if self._metric_values is None:
+            features_spec, labels_spec, mask_spec = unpack(self.element_specs[ModeKeys.EVAL])
+
+            def zeros(spec: Any) -> Any:
+                return tf.nest.map_structure(
+                    lambda s: tf.zeros([d or 1 for d in s.shape.as_list()], s.dtype), spec
+                )
+
+            def traced() -> dict:
+                labels = None if labels_spec is None else zeros(labels_spec)
+                mask = None if mask_spec is None else zeros(mask_spec)
+                spec = self.call_model_fn(zeros(features_spec), labels, ModeKeys.EVAL, mask)
+                return {name: spec.eval_metric_ops[name][0] for name in self.eval_metric_names}
+
+            self._metric_values = tf.function(lambda: run_fetched(traced), autograph=False)
+        values = self._metric_values()
+        return {name: float(np.asarray(value)) for name, value in values.items()}
 
     @staticmethod
     def _prediction_spec(predictions: Any, mask_spec: tf.TensorSpec) -> Any:
@@ -291,10 +344,13 @@ class ModelFnRunner:
         )
 
     def train_step(self, data: Any) -> dict:
-        """One replica's training step: `model_fn(TRAIN)`, its update, one global-step increment."""
+        """One replica's training step: `model_fn(TRAIN)`, its update, one global-step increment.
+
+        Only what the result needs runs (`fetches.py`): the `train_op` (or,
+        with a Keras optimizer, the gradients `apply_keras_optimizer` applies),
+        the loss and the host tensors.
+        """
         features, labels, _ = unpack(self._static(ModeKeys.TRAIN, data))
-        step_variable = self.store.global_step.value
-        before = step_variable.read_value()
         if self.uses_keras_optimizer:
             variables = self._owner.trainable_variables
             with tf.GradientTape() as tape:
@@ -302,33 +358,50 @@ class ModelFnRunner:
                 loss = tf.cast(spec.loss, tf.float32)
                 scaled = loss / self.strategy.num_replicas_in_sync
             gradients = tape.gradient(scaled, [v.value for v in variables])
-            self._owner.optimizer.apply_gradients(zip(gradients, variables, strict=True))
-            with tf.control_dependencies([tf.nest.flatten(gradients)[0]]):
-                done = step_variable.assign_add(1)
-        else:
-            spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
-            if spec.train_op is None:
-                raise ValueError(
-                    "`model_fn` returned a `train_op` when the model was built but None now. "
-                    "Return the same kind of spec on every call."
-                )
-            with tf.control_dependencies([spec.train_op]):
-                after = step_variable.read_value()
-            # 1 when the train_op left the step alone, else 0: no branch, so the
-            # cross-replica assignment stays outside control flow.
-            missed = tf.cast(tf.equal(after, before), tf.int64)
-            done = step_variable.assign_add(missed, read_value=False)
-        with tf.control_dependencies([done]):
+            return {
+                "loss": loss,
+                "weight": self._rows(features),
+                "host": self._host_values(ModeKeys.TRAIN, spec, None),
+                "gradients": gradients,
+            }
+        step_variable = self.store.global_step.value
+        before = step_variable.read_value()
+        spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
+        if spec.train_op is None:
+            raise ValueError(
+                "`model_fn` returned a `train_op` when the model was built but None now. "
+                "Return the same kind of spec on every call."
+            )
+        with tf.control_dependencies([spec.train_op]):
+            after = step_variable.read_value()
+        # 1 when the train_op left the step alone, else 0: no branch, so the
+        # cross-replica assignment stays outside control flow.
+        missed = tf.cast(tf.equal(after, before), tf.int64)
+        done = step_variable.assign_add(missed, read_value=False)
+        # Each replica fetches its own train_op (the step count reads replica 0's only).
+        with tf.control_dependencies([spec.train_op, done]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
             host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
         return {"loss": loss, "weight": self._rows(features), "host": host}
+
+    def apply_keras_optimizer(self, result: dict) -> dict:
+        """After a Keras-optimizer train step: applies its gradients, then counts the step."""
+        result = dict(result)
+        gradients = result.pop("gradients")
+        variables = self._owner.trainable_variables
+        self._owner.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        self.store.global_step.value.assign_add(1)
+        return result
 
     def test_step(self, data: Any) -> dict:
         """One replica's evaluation step: the loss weighted by real rows, and host tensors."""
         features, labels, mask = unpack(self._static(ModeKeys.EVAL, data))
         spec = self.call_model_fn(features, labels, ModeKeys.EVAL, mask)
+        updates = [pair[1] for pair in (getattr(spec, "eval_metric_ops", None) or {}).values()]
+        with tf.control_dependencies(updates):
+            loss = tf.cast(tf.identity(spec.loss), tf.float32)
         return {
-            "loss": tf.cast(spec.loss, tf.float32),
+            "loss": loss,
             "weight": self._rows(features) if mask is None else tf.reduce_sum(mask),
             "host": self._host_values(ModeKeys.EVAL, spec, mask),
         }
@@ -355,23 +428,29 @@ class ModelFnRunner:
             A distributed dataset whose replicas see `params['batch_size']` rows.
         """
         strategy = self.strategy
-        pad = mode != ModeKeys.TRAIN
+        # EVAL and PREDICT end with a partial batch. On the strategy path every
+        # batch is padded to a static size with a mask; without it (TPUEstimator's
+        # CPU path) EVAL batches keep their real rows, so model_fn's loss and
+        # eval_metric_ops see exactly those. PREDICT pads on both paths.
+        partial = mode != ModeKeys.TRAIN
+        pad = mode == ModeKeys.PREDICT or (partial and self.use_tpu)
         global_batch = batch_size or self.batch_sizes[mode]
         flat = [] if isinstance(x, tf.data.Dataset) or callable(x) else tf.nest.flatten(x)
         if flat and all(isinstance(a, np.ndarray) for a in flat):
             if global_batch is None:
                 raise ValueError(f"Pass `batch_size` (or `{BATCH_ARG[mode]}`) with array input.")
-            x = tf.data.Dataset.from_tensor_slices(x).batch(global_batch, drop_remainder=not pad)
+            x = tf.data.Dataset.from_tensor_slices(x).batch(global_batch, drop_remainder=not partial)
         if isinstance(x, tf.data.Dataset):
             static = static_batch_size(x.element_spec)
-            global_batch = global_batch if pad and global_batch else static or global_batch
-            if global_batch is None:
+            global_batch = global_batch if partial and global_batch else static or global_batch
+            if global_batch is None and not (partial and not pad):
                 raise ValueError(
                     f"The dataset's batch size is not static. Batch it with "
                     f"`drop_remainder=True`, or pass `{BATCH_ARG[mode]}`."
                 )
-            self._check_batch(static, global_batch, pad, "The dataset")
-            per_replica_batch_size(global_batch, self.num_replicas, BATCH_ARG[mode])
+            if global_batch is not None:
+                self._check_batch(static, global_batch, partial, "The dataset")
+                per_replica_batch_size(global_batch, self.num_replicas, BATCH_ARG[mode])
             self.global_batch[mode] = global_batch
             if pad:
                 x = pad_batches(x, global_batch)
@@ -396,7 +475,7 @@ class ModelFnRunner:
         def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
             params = self.params_for(mode, input_context)
             dataset = call_input_fn(x, mode, params, self.config, input_context)
-            self._check_batch(static_batch_size(dataset.element_spec), per_replica, pad, "input_fn")
+            self._check_batch(static_batch_size(dataset.element_spec), per_replica, partial, "input_fn")
             if pad:
                 replicas = 1
                 if input_context is not None:
@@ -413,11 +492,11 @@ class ModelFnRunner:
         return dataset
 
     @staticmethod
-    def _check_batch(static: int | None, expected: int, pad: bool, source: str) -> None:
-        if static is None or static == expected or (pad and static < expected):
+    def _check_batch(static: int | None, expected: int, partial: bool, source: str) -> None:
+        if static is None or static == expected or (partial and static < expected):
             return
         raise ValueError(
             f"{source} returned batches of {static} rows, but params['batch_size'] is "
-            f"{expected}" + (" (the real batch size should not be greater than batch_size)" if pad else "")
+            f"{expected}" + (" (the real batch size should not be greater than batch_size)" if partial else "")
             + ". Batch with params['batch_size']."
         )

@@ -80,7 +80,7 @@ class EstimatorTrainer:
 
         Returns:
             `(steps, loss_sum, weight_sum, outputs)`; `loss_sum / weight_sum`
-            is the execution's mean loss per real row.
+            is the mean of the execution's step losses.
         """
         first_step = self.global_step if mode == ModeKeys.TRAIN else 0
         start = time.perf_counter()
@@ -156,6 +156,7 @@ class EstimatorTrainer:
         )
         self.stop_training = False
         self._step_during_fit = None
+        self._runner.store.reset_local_variables()  # as each TF1 train()'s new session
         stop = StopRequests()
         with stop.installed():  # until the end: a signal during on_train_end waits for it
             epoch_logs = self._fit_loop(
@@ -264,8 +265,9 @@ class EstimatorTrainer:
         """Evaluates `model_fn` in EVAL mode; returns the mean loss over the steps.
 
         `steps=None` runs to the end of the input. The loss of a step is the
-        mean over replicas of each replica's loss; the result is the mean over
-        steps.
+        mean over replicas of each replica's loss, weighted by its real rows;
+        the result is the mean over steps (TPUEstimator's definition), and
+        `return_dict=True` adds every `eval_metrics` / `eval_metric_ops` value.
 
         Example:
 
@@ -283,6 +285,7 @@ class EstimatorTrainer:
         host = self._runner.host
         if host.metrics is not None:
             host.metrics.reset()
+        self._runner.store.reset_local_variables()  # as each TF1 evaluation's new session
         callbacks.on_test_begin()
         logs: dict = {}
         done, loss_sum, weight_sum = 0, 0.0, 0.0
@@ -299,6 +302,7 @@ class EstimatorTrainer:
         host.finish(ModeKeys.EVAL)
         if host.metrics is not None:
             logs.update(host.metrics.result())
+        logs.update(self._runner.eval_metric_values())
         callbacks.on_test_end(logs)
         return dict(logs) if return_dict else logs["loss"]
 

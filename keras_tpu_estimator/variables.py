@@ -68,6 +68,9 @@ class VariableStore:
         self._strategy = strategy
         self._tf1_store = _compat.new_variable_store()
         self._by_name: dict[str, keras.Variable] = {}
+        # TF1 local variables (metric accumulators): {name: initial value}.
+        self._local_initial: dict[str, Any] = {}
+        self._stand_ins: dict[int, Any] = {}
         self._creation_allowed = False
         self._local = threading.local()
         self.global_step = self._create(
@@ -82,14 +85,31 @@ class VariableStore:
         """A copy of the `{TF1 name: keras.Variable}` mapping."""
         return dict(self._by_name)
 
+    @property
+    def local_names(self) -> list[str]:
+        """Names of TF1 local variables (`LOCAL_VARIABLES`, such as metric accumulators).
+
+        A TF1 `Saver` did not save them and every session started them from
+        their initial value.
+        """
+        return list(self._local_initial)
+
+    def reset_local_variables(self) -> None:
+        """Sets every local variable back to its initial value, as a new TF1 session did."""
+        for name, value in self._local_initial.items():
+            self._by_name[name].assign(value)
+
     @contextlib.contextmanager
     def creating(self) -> Iterator[None]:
         """Allows new variables while active (the build of one mode)."""
         self._creation_allowed = True
+        self._stand_ins: dict[int, Any] = {}
         try:
             yield
         finally:
             self._creation_allowed = False
+            # The TF1 store caches what the build got; later traces get the real variable.
+            _compat.replace_cached_variables(self._tf1_store, self._stand_ins)
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
@@ -129,7 +149,12 @@ class VariableStore:
             tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES: [
                 v.value for v in self._by_name.values() if v.trainable
             ],
-            tf.compat.v1.GraphKeys.GLOBAL_VARIABLES: [v.value for v in self._by_name.values()],
+            tf.compat.v1.GraphKeys.GLOBAL_VARIABLES: [
+                v.value for n, v in self._by_name.items() if n not in self._local_initial
+            ],
+            tf.compat.v1.GraphKeys.LOCAL_VARIABLES: [
+                self._by_name[n].value for n in self._local_initial
+            ],
             tf.compat.v1.GraphKeys.GLOBAL_STEP: [self.global_step.value],
         }
         saved = {}
@@ -179,11 +204,25 @@ class VariableStore:
                 aggregation=kwargs.get("aggregation"),
                 synchronization=kwargs.get("synchronization"),
             )
+            keys = kwargs.get("collections") or [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES]
+            if tf.compat.v1.GraphKeys.LOCAL_VARIABLES in keys:
+                with tf.init_scope():
+                    first = self._strategy.experimental_local_results(variable.value)[0]
+                    self._local_initial[key] = first.numpy()
             graph = tf.compat.v1.get_default_graph()
-            graph.add_to_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, variable.value)
+            for collection in keys:
+                graph.add_to_collection(collection, variable.value)
             if variable.trainable:
                 graph.add_to_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES, variable.value)
-        return variable.value
+        value = variable.value
+        if self._creation_allowed and value.synchronization == tf.VariableSynchronization.ON_READ:
+            # The build traces in no replica context, where a sync-on-read
+            # variable refuses updates (`tf.compat.v1.metrics`' assign_add);
+            # nothing runs there, so one component stands in for it.
+            stand_in = self._strategy.experimental_local_results(value)[0]
+            self._stand_ins[id(stand_in)] = value
+            return stand_in
+        return value
 
     def _create(
         self,

@@ -1,0 +1,53 @@
+"""TF1 fetch semantics for traced steps: a step runs only what its fetches need.
+
+A TF1 program ran `session.run(fetches)`: only the ops the fetched tensors
+depend on (by data or control dependencies) executed, and initializers ran
+once. A TF2 `tf.function` runs every stateful op it traced, in program order.
+Traced naively, a `model_fn` that builds `minimize()` in every mode would
+train during `evaluate`, and `init_from_checkpoint` would restore at every
+step.
+
+`run_fetched(fn)` closes that gap: it traces `fn` in a scratch graph without
+automatic control dependencies, then copies into the real graph only the ops
+that the values `fn` returned need (`_compat.copy_needed_ops`). What a step
+returns is therefore exactly what it runs: the `train_op`, the loss, the
+host tensors, the predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+from keras_tpu_estimator import _compat
+
+
+def run_fetched(fn: Callable[[], Any], name: str = "fetched_step") -> Any:
+    """Traces `fn()` and keeps only what its result needs, as a TF1 `session.run` would.
+
+    Call it while tracing (inside a `tf.function`). `fn` returns a nest of
+    tensors, operations and composite values (such as a strategy's
+    `PerReplica`); operations in it are run (kept) and returned as copies.
+
+    Returns:
+        `fn()`'s result, with every tensor and operation replaced by its copy
+        in the current graph.
+
+    Example:
+
+    ```python
+    @tf.function
+    def step():
+        def traced():
+            counter.assign_add(1)          # not fetched: never runs
+            return {"loss": tf.reduce_sum(w)}
+        return run_fetched(traced)
+    ```
+    """
+    with _compat.scratch_graph(name) as graph:
+        result = fn()
+    flat = tf.nest.flatten(result, expand_composites=True)
+    copied = _compat.copy_needed_ops(graph, flat)
+    return tf.nest.pack_sequence_as(result, copied, expand_composites=True)
