@@ -428,6 +428,8 @@ def _needed_ops(graph: tf.Graph, values: list) -> set:
     """
     group_of = {}
     for group in _MERGE_GROUPS.get(graph, []):
+        # A placeholder made during a merge is a capture that later ops share.
+        group = [op for op in group if op.type != "Placeholder"]
         for op in group:
             group_of[op] = group
     stack = [v if isinstance(v, tf.Operation) else v.op for v in values]

@@ -192,11 +192,24 @@ def make_loop_function(
             one_step,
             [tf.constant(0), tf.constant(False), (tf.constant(0.0), tf.constant(0.0)), arrays],
         )
+        def gathered(array: tf.TensorArray, spec: tf.TensorSpec, stack: bool) -> tf.Tensor:
+            # An execution that found the input ended has nothing to stack.
+            empty = [0] * (1 + stack) + [d or 0 for d in spec.shape[1:]]
+            return tf.cond(
+                steps > 0,
+                lambda: array.stack() if stack else array.concat(),
+                lambda: tf.zeros(empty, spec.dtype),
+            )
+
         outputs = host = None
         if output_spec is not None:
-            outputs = tf.nest.map_structure(lambda array: array.concat(), arrays[0])
+            outputs = tf.nest.map_structure(
+                lambda array, spec: gathered(array, spec, False), arrays[0], output_spec
+            )
         if host_spec is not None:
-            host = tf.nest.map_structure(lambda array: array.stack(), arrays[1])
+            host = tf.nest.map_structure(
+                lambda array, spec: gathered(array, spec, True), arrays[1], host_spec
+            )
         after = None
         if read_after is not None:
             with tf.control_dependencies([steps]):

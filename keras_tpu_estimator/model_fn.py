@@ -222,9 +222,24 @@ class ModelFnRunner:
             output_spec = None
             if mode == ModeKeys.PREDICT:
                 output_spec = (self._prediction_spec(spec.predictions, mask_spec), mask_spec)
-        self.host_specs[mode] = self.host.record(
-            mode, spec, self.local_replicas, padded=mask_spec is not None
+        # Unpadded EVAL batches (the CPU path) reach the host padded to the batch
+        # size with a mask, so every step's host tensors stack (`_host_values`).
+        unpadded_eval = mode == ModeKeys.EVAL and mask_spec is None
+        host_specs = self.host.record(
+            mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded_eval
         )
+        if unpadded_eval and host_specs is not None:
+            rows = self.global_batch[mode]
+            if rows is None:
+                raise ValueError(
+                    "eval_metrics and host_call need a known batch size: the dataset's batch "
+                    "size is not static. Pass `batch_size` (or `eval_batch_size`)."
+                )
+            host_specs = [
+                tf.TensorSpec([rows if s.shape[0] is None else s.shape[0], *s.shape[1:]], s.dtype)
+                for s in host_specs[:-1]
+            ] + [tf.TensorSpec([rows], tf.float32)]
+        self.host_specs[mode] = host_specs
         hooks = {
             ModeKeys.TRAIN: "training_hooks",
             ModeKeys.EVAL: "evaluation_hooks",
@@ -326,10 +341,21 @@ class ModelFnRunner:
     def _rows(features: Any) -> tf.Tensor:
         return tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
 
-    def _host_values(self, mode: str, spec: Any, mask: Any) -> list:
-        if self.host_specs.get(mode) is None:
+    def _host_values(self, mode: str, spec: Any, mask: Any, features: Any = None) -> list:
+        specs = self.host_specs.get(mode)
+        if specs is None:
             return []
-        return HostRunner.tensors(spec, mode) + ([mask] if mask is not None else [])
+        tensors = HostRunner.tensors(spec, mode)
+        if mask is None and mode == ModeKeys.EVAL:  # unpadded: pad per-row tensors, add a mask
+            rows = tf.shape(tf.nest.flatten(features)[0])[0]
+            size = specs[-1].shape[0]
+            mask = tf.pad(tf.ones([rows]), [[0, size - rows]])
+            tensors = [
+                tf.ensure_shape(tf.pad(t, [[0, size - rows]] + [[0, 0]] * (t.shape.rank - 1)), s.shape)
+                if t.shape[0] is None else t
+                for t, s in zip(tensors, specs[:-1], strict=True)
+            ]
+        return tensors + ([mask] if mask is not None else [])
 
     def _static(self, mode: str, data: Any) -> Any:
         """`data` with the static per-replica shapes of the build.
@@ -403,7 +429,7 @@ class ModelFnRunner:
         return {
             "loss": loss,
             "weight": self._rows(features) if mask is None else tf.reduce_sum(mask),
-            "host": self._host_values(ModeKeys.EVAL, spec, mask),
+            "host": self._host_values(ModeKeys.EVAL, spec, mask, features),
         }
 
     def predict_step(self, data: Any) -> dict:

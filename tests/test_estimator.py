@@ -1,5 +1,6 @@
 """The TPUEstimator facade: constructor checks, model_dir, train/evaluate/predict semantics."""
 
+import logging
 import os
 
 import keras
@@ -114,13 +115,20 @@ def test_train_steps_validation(tmp_path):
 
 
 # ------------------------------------------------------------------ evaluate / predict
-def test_evaluate_and_predict_need_a_checkpoint(tmp_path):
+def test_evaluate_and_predict_without_a_checkpoint_initialise(tmp_path, caplog):
+    """As the original: a log line, then the initial variables (no checkpoint is written)."""
     estimator = make(tmp_path)
-    with pytest.raises(ValueError, match="Could not find a trained model in model_dir"):
-        estimator.evaluate(models.input_fn, steps=2)
-    with pytest.raises(ValueError, match="Could not find a trained model in model_dir"):
-        next(estimator.predict(models.predict_input_fn))
-    assert os.listdir(tmp_path) == []
+    with caplog.at_level(logging.INFO):
+        result = estimator.evaluate(models.input_fn, steps=2)
+        prediction = next(estimator.predict(models.predict_input_fn))
+    assert result["global_step"] == 0 and np.isfinite(result["loss"])
+    assert "y" in prediction
+    for action in ("evaluate", "predict"):
+        assert (
+            f"Could not find trained model in model_dir: {tmp_path}, running initialization to {action}."
+            in caplog.text
+        )
+    assert os.listdir(tmp_path) == ["eval"]
 
 
 def test_evaluate_and_predict_use_the_latest_or_given_checkpoint(tmp_path):

@@ -1,0 +1,787 @@
+"""Small TPUEstimator programs that run unchanged on the original and on this library.
+
+Each `*_program(est, ...)` factory returns a `Program`: a `model_fn`, its
+`input_fn`s and the way to run it (batch sizes, `iterations_per_loop`,
+steps). The code is plain TF1-style TensorFlow and imports neither
+`keras_tpu_estimator` nor `tensorflow_estimator`; the estimator classes come
+from the `est` namespace:
+
+- the original (TF 2.15 + tensorflow-estimator 2.15): `original_namespace()`;
+- this library (TF 2.21 + Keras 3): the `keras_tpu_estimator` module.
+
+Every initializer is a constant (or NumPy values from a fixed
+`np.random.RandomState`) and the data is NumPy, so both TensorFlow versions
+compute the same numbers. `scripts/original_numbers.py` runs the programs on
+the original and writes the results to `tests/original_numbers.py`.
+
+`bert_session_loop` runs the BERT-like program's graph code in a plain
+`tf.compat.v1.Session` (no estimator), under either TensorFlow version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+SEED = 1234  # `RunConfig(tf_random_seed=SEED)`; no program draws random numbers.
+
+ModelFn = Callable[..., Any]
+InputFn = Callable[[dict], tf.data.Dataset]
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """A `model_fn`, its input_fns and how to run them.
+
+    Input functions read `params["batch_size"]`, which the estimator sets
+    from `train_batch_size`, `eval_batch_size` or `predict_batch_size`.
+    `eval_steps=None` means: evaluate until the input is exhausted.
+    """
+
+    model_fn: ModelFn
+    train_input_fn: InputFn
+    eval_input_fn: InputFn
+    predict_input_fn: InputFn
+    params: dict = dataclasses.field(default_factory=dict)
+    train_batch_size: int = 4
+    eval_batch_size: int = 4
+    predict_batch_size: int = 4
+    iterations_per_loop: int = 1
+    max_steps: int = 1
+    eval_steps: int | None = None
+
+
+def original_namespace() -> types.SimpleNamespace:
+    """The original's classes, as an `est` namespace (TF 2.15 + tensorflow-estimator only)."""
+    try:
+        tpu = tf.compat.v1.estimator.tpu
+        estimator = tf.compat.v1.estimator
+    except AttributeError as error:
+        raise RuntimeError(
+            "`original_namespace()` needs TensorFlow 2.15 with tensorflow-estimator "
+            f"(the original TPUEstimator). Received: tensorflow {tf.__version__}."
+        ) from error
+    return types.SimpleNamespace(
+        TPUEstimator=tpu.TPUEstimator,
+        TPUEstimatorSpec=tpu.TPUEstimatorSpec,
+        RunConfig=tpu.RunConfig,
+        TPUConfig=tpu.TPUConfig,
+        EstimatorSpec=estimator.EstimatorSpec,
+        ModeKeys=estimator.ModeKeys,
+    )
+
+
+def build_estimator(est: Any, program: Program, model_dir: str) -> Any:
+    """`est.TPUEstimator(use_tpu=False)` for `program`, writing to `model_dir`."""
+    config = est.RunConfig(
+        model_dir=model_dir,
+        tf_random_seed=SEED,
+        tpu_config=est.TPUConfig(iterations_per_loop=program.iterations_per_loop),
+    )
+    return est.TPUEstimator(
+        model_fn=program.model_fn,
+        config=config,
+        params=dict(program.params),
+        use_tpu=False,
+        train_batch_size=program.train_batch_size,
+        eval_batch_size=program.eval_batch_size,
+        predict_batch_size=program.predict_batch_size,
+    )
+
+
+def write_checkpoint(prefix: str, values: dict[str, np.ndarray]) -> str:
+    """Saves `values` (name -> array) as a TF1 checkpoint at `prefix`; returns its path."""
+    with tf.Graph().as_default():
+        variables = [
+            tf.compat.v1.get_variable(name, initializer=tf.constant(value, tf.float32))
+            for name, value in values.items()
+        ]
+        saver = tf.compat.v1.train.Saver(variables)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            return saver.save(session, prefix)
+
+
+def write_init_checkpoint(prefix: str) -> str:
+    """The checkpoint for `init_from_checkpoint_program`: `w` = ones([4, 1])."""
+    return write_checkpoint(prefix, {"w": np.ones((4, 1), np.float32)})
+
+
+# --- shared pieces --------------------------------------------------------------------------------
+
+
+def _input_fn(
+    features: Any, labels: Any = None, *, repeat: bool = False, drop_remainder: bool = True
+) -> InputFn:
+    """An input_fn over in-memory arrays, batched by `params["batch_size"]`."""
+
+    def input_fn(params: dict) -> tf.data.Dataset:
+        data = features if labels is None else (features, labels)
+        dataset = tf.data.Dataset.from_tensor_slices(data)
+        if repeat:
+            dataset = dataset.repeat()
+        return dataset.batch(params["batch_size"], drop_remainder=drop_remainder)
+
+    return input_fn
+
+
+def _regression_data(seed: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of `x` (3 columns) and `y = x @ [1, -2, 0.5] + 0.3 + noise`."""
+    rng = np.random.RandomState(seed)
+    x = rng.randn(rows, 3).astype(np.float32)
+    y = x @ np.array([[1.0], [-2.0], [0.5]], np.float32) + 0.3
+    y += 0.1 * rng.randn(rows, 1).astype(np.float32)
+    return x, y.astype(np.float32)
+
+
+def _linear(x: tf.Tensor) -> tf.Tensor:
+    """`x @ kernel + bias` with variables `linear/kernel` ([3, 1], 0.1) and `linear/bias` (0)."""
+    with tf.compat.v1.variable_scope("linear"):
+        kernel = tf.compat.v1.get_variable(
+            "kernel", [3, 1], initializer=tf.compat.v1.constant_initializer(0.1)
+        )
+        bias = tf.compat.v1.get_variable("bias", [1], initializer=tf.compat.v1.zeros_initializer())
+    return tf.matmul(x, kernel) + bias
+
+
+def _regression_program(model_fn: ModelFn, **run: Any) -> Program:
+    """A `Program` over the regression data: 16 train rows, 8 eval rows, 8 predict rows."""
+    x, y = _regression_data(seed=1, rows=24)
+    return Program(
+        model_fn=model_fn,
+        train_input_fn=_input_fn({"x": x[:16]}, y[:16], repeat=True),
+        eval_input_fn=_input_fn({"x": x[16:]}, y[16:]),
+        predict_input_fn=_input_fn({"x": x[16:]}),
+        **run,
+    )
+
+
+# --- A: init_from_checkpoint --------------------------------------------------------------------
+
+
+def init_from_checkpoint_program(est: Any, init_checkpoint: str) -> Program:
+    """`w` (zeros) restored by `init_from_checkpoint` from `write_init_checkpoint`'s file.
+
+    x = ones([8, 4]), y = zeros, SGD(0.1) on the mean squared error: the
+    prediction shrinks by 5x per step (4 -> 0.8 -> ... -> 0.00128 at step 5).
+    Run: train(max_steps=5), evaluate(steps=1), predict; batch size 1.
+    """
+
+    def model_fn(features, labels, mode, params):
+        w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.zeros_initializer())
+        tf.compat.v1.train.init_from_checkpoint(params["init_checkpoint"], {"w": "w"})
+        predictions = tf.matmul(features["x"], w)
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        train_op = None
+        if mode == est.ModeKeys.TRAIN:
+            train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+                loss, global_step=tf.compat.v1.train.get_global_step()
+            )
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    x = np.ones((8, 4), np.float32)
+    y = np.zeros((8, 1), np.float32)
+    return Program(
+        model_fn=model_fn,
+        train_input_fn=_input_fn({"x": x}, y, repeat=True),
+        eval_input_fn=_input_fn({"x": x}, y),
+        predict_input_fn=_input_fn({"x": x}),
+        params={"init_checkpoint": init_checkpoint},
+        train_batch_size=1,
+        eval_batch_size=1,
+        predict_batch_size=1,
+        max_steps=5,
+        eval_steps=1,
+    )
+
+
+# --- B: unfetched_train_op ----------------------------------------------------------------------
+
+
+def unfetched_train_op_program(est: Any) -> Program:
+    """`minimize` is built in every mode (PREDICT too) but returned only in TRAIN.
+
+    Run: train(max_steps=10), then evaluate(steps=5) three times and predict:
+    the results must not move (the unreturned train_op never runs).
+    Eval has 20 rows (batch 4, exactly 5 steps).
+    """
+
+    def model_fn(features, labels, mode, params):
+        predictions = _linear(features["x"])
+        target = labels if labels is not None else tf.zeros_like(predictions)
+        loss = tf.reduce_mean(tf.square(predictions - target))
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
+            loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+        )
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        if mode == est.ModeKeys.EVAL:
+            return est.TPUEstimatorSpec(mode, loss=loss)
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    x, y = _regression_data(seed=2, rows=36)
+    return Program(
+        model_fn=model_fn,
+        train_input_fn=_input_fn({"x": x[:16]}, y[:16], repeat=True),
+        eval_input_fn=_input_fn({"x": x[16:]}, y[16:]),
+        predict_input_fn=_input_fn({"x": x[16:24]}),
+        max_steps=10,
+        eval_steps=5,
+    )
+
+
+# --- C, D, E: a small classifier ----------------------------------------------------------------
+
+
+def _classifier_data(rows: int = 40) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.RandomState(3)
+    x = rng.randn(rows, 3).astype(np.float32)
+    labels = (x @ np.array([1.0, -1.0, 0.5], np.float32) > 0).astype(np.int64)
+    return x, labels
+
+
+def _classifier_logits(x: tf.Tensor) -> tf.Tensor:
+    """Two-class logits from `dense/kernel` (fixed values) and `dense/bias` (zeros)."""
+    kernel_value = 0.5 * np.random.RandomState(4).randn(3, 2).astype(np.float32)
+    with tf.compat.v1.variable_scope("dense"):
+        kernel = tf.compat.v1.get_variable(
+            "kernel", [3, 2], initializer=tf.compat.v1.constant_initializer(kernel_value)
+        )
+        bias = tf.compat.v1.get_variable("bias", [2], initializer=tf.compat.v1.zeros_initializer())
+    return tf.matmul(x, kernel) + bias
+
+
+def _classifier_train_op(loss: tf.Tensor) -> tf.Operation:
+    return tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+    )
+
+
+def _classifier_program(model_fn: ModelFn) -> Program:
+    """40 rows for train and eval (batch 8: 5 eval steps), 8 predict rows (batch 4)."""
+    x, labels = _classifier_data()
+    return Program(
+        model_fn=model_fn,
+        train_input_fn=_input_fn({"x": x}, labels, repeat=True),
+        eval_input_fn=_input_fn({"x": x}, labels),
+        predict_input_fn=_input_fn({"x": x[:8]}),
+        train_batch_size=8,
+        eval_batch_size=8,
+        predict_batch_size=4,
+        max_steps=3,
+        eval_steps=5,
+    )
+
+
+def eval_metrics_program(est: Any) -> Program:
+    """A TPUEstimatorSpec with `eval_metrics=(metric_fn, [labels, logits])`.
+
+    `metric_fn` returns `accuracy` and `mean_abs` (|label - P(class 1)|).
+    Run: train(max_steps=3), evaluate(steps=5). Also the program of case D
+    (evaluate and predict on an empty model_dir).
+    """
+
+    def metric_fn(labels, logits):
+        classes = tf.argmax(logits, axis=1)
+        probability = tf.nn.softmax(logits)[:, 1]
+        return {
+            "accuracy": tf.compat.v1.metrics.accuracy(labels, classes),
+            "mean_abs": tf.compat.v1.metrics.mean_absolute_error(
+                tf.cast(labels, tf.float32), probability
+            ),
+        }
+
+    def model_fn(features, labels, mode, params):
+        logits = _classifier_logits(features["x"])
+        if mode == est.ModeKeys.PREDICT:
+            predictions = {
+                "class": tf.argmax(logits, axis=1),
+                "probabilities": tf.nn.softmax(logits),
+            }
+            return est.TPUEstimatorSpec(mode, predictions=predictions)
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        if mode == est.ModeKeys.EVAL:
+            return est.TPUEstimatorSpec(mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=_classifier_train_op(loss))
+
+    return _classifier_program(model_fn)
+
+
+def eval_metric_ops_program(est: Any) -> Program:
+    """The classifier with a plain `EstimatorSpec` and `eval_metric_ops={"acc": ...}`.
+
+    Run: train(max_steps=3), evaluate(steps=5).
+    """
+
+    def model_fn(features, labels, mode, params):
+        logits = _classifier_logits(features["x"])
+        classes = tf.argmax(logits, axis=1)
+        if mode == est.ModeKeys.PREDICT:
+            return est.EstimatorSpec(mode, predictions={"class": classes})
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        if mode == est.ModeKeys.EVAL:
+            metrics = {"acc": tf.compat.v1.metrics.accuracy(labels, classes)}
+            return est.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+        return est.EstimatorSpec(mode, loss=loss, train_op=_classifier_train_op(loss))
+
+    return _classifier_program(model_fn)
+
+
+# --- F: partial_eval_loss -----------------------------------------------------------------------
+
+
+def partial_eval_loss_program(est: Any) -> Program:
+    """37 eval rows in batches of 16 (16, 16, 5; no `drop_remainder`), per-row losses differ.
+
+    Run: train(max_steps=2) (batch 8), then evaluate() until the input ends.
+    """
+
+    def model_fn(features, labels, mode, params):
+        predictions = _linear(features["x"])
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        train_op = None
+        if mode == est.ModeKeys.TRAIN:
+            train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
+                loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+            )
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    x, y = partial_eval_data()
+    return Program(
+        model_fn=model_fn,
+        train_input_fn=_input_fn({"x": x}, y, repeat=True),
+        eval_input_fn=_input_fn({"x": x}, y, drop_remainder=False),
+        predict_input_fn=_input_fn({"x": x}, drop_remainder=False),
+        train_batch_size=8,
+        eval_batch_size=16,
+        predict_batch_size=16,
+        max_steps=2,
+        eval_steps=None,
+    )
+
+
+def partial_eval_data() -> tuple[np.ndarray, np.ndarray]:
+    """The 37 rows of `partial_eval_loss_program` (for NumPy checks of its loss)."""
+    x, y = _regression_data(seed=5, rows=37)
+    return x, y * np.linspace(0.5, 3.0, 37, dtype=np.float32)[:, None]
+
+
+# --- G: metrics_in_train ------------------------------------------------------------------------
+
+
+def metrics_in_train_program(est: Any, fetch_metric: bool = False) -> Program:
+    """`tf.compat.v1.metrics.mean(loss)` is created in TRAIN mode too.
+
+    With `fetch_metric`, its update op is grouped into the train_op; without,
+    it is only created. Training is the same either way.
+    Run: train(max_steps=6).
+    """
+
+    def model_fn(features, labels, mode, params):
+        predictions = _linear(features["x"])
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        _, mean_update = tf.compat.v1.metrics.mean(loss)
+        train_op = None
+        if mode == est.ModeKeys.TRAIN:
+            train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
+                loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+            )
+            if params["fetch_metric"]:
+                train_op = tf.group(train_op, mean_update)
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    return _regression_program(model_fn, params={"fetch_metric": fetch_metric}, max_steps=6)
+
+
+# --- H: counter ---------------------------------------------------------------------------------
+
+
+def counter_program(est: Any) -> Program:
+    """Counters `c` (its `assign_add` is never fetched) and `d` (run with each train step).
+
+    Both are int64, non-trainable, in GLOBAL_VARIABLES only, and created in every mode.
+    Run: train(max_steps=7) with iterations_per_loop=3, evaluate(steps=2), predict.
+    Expected: c == 0 and d == 7 after each.
+    """
+
+    def model_fn(features, labels, mode, params):
+        counters = {}
+        for name in ("c", "d"):
+            counters[name] = tf.compat.v1.get_variable(
+                name,
+                [],
+                tf.int64,
+                initializer=tf.compat.v1.zeros_initializer(),
+                trainable=False,
+                collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES],
+            )
+        counters["c"].assign_add(1)  # built, never fetched
+        predictions = _linear(features["x"])
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        train_op = None
+        if mode == est.ModeKeys.TRAIN:
+            with tf.control_dependencies([counters["d"].assign_add(1)]):
+                train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
+                    loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+                )
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    return _regression_program(model_fn, iterations_per_loop=3, max_steps=7, eval_steps=2)
+
+
+# --- I: keras_in_model_fn -----------------------------------------------------------------------
+
+
+def keras_in_model_fn_program(est: Any) -> Program:
+    """A `tf.keras.Sequential` built inside model_fn on every call; a TF1 SGD optimizer.
+
+    Dense(3, kernel "ones") -> Dense(1, kernel 0.1); no `var_list` (the
+    TRAINABLE_VARIABLES collection). Run: train(max_steps=4), evaluate().
+    """
+
+    def model_fn(features, labels, mode, params):
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Dense(3, kernel_initializer="ones", bias_initializer="zeros"),
+                tf.keras.layers.Dense(1, kernel_initializer=tf.keras.initializers.Constant(0.1)),
+            ]
+        )
+        predictions = model(features["x"])
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        train_op = None
+        if mode == est.ModeKeys.TRAIN:
+            train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(
+                loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+            )
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    return _regression_program(model_fn, max_steps=4, eval_steps=None)
+
+
+# --- J: bert_like -------------------------------------------------------------------------------
+
+BERT_VOCAB = 10
+BERT_SEQ_LEN = 4
+BERT_HIDDEN = 6
+BERT_LABELS = 2
+BERT_TRAIN_STEPS = 12
+BERT_PARAMS = {"learning_rate": 0.05, "num_train_steps": BERT_TRAIN_STEPS, "num_warmup_steps": 3}
+
+
+def bert_checkpoint_values() -> dict[str, np.ndarray]:
+    """The 'pre-trained' `bert/*` variables in `write_bert_checkpoint`'s file."""
+    rng = np.random.RandomState(6)
+    return {
+        "bert/embeddings/word_embeddings": rng.randn(BERT_VOCAB, BERT_HIDDEN).astype(np.float32),
+        "bert/pooler/dense/kernel": 0.5 * rng.randn(BERT_HIDDEN, BERT_HIDDEN).astype(np.float32),
+        "bert/pooler/dense/bias": 0.1 * rng.randn(BERT_HIDDEN).astype(np.float32),
+    }
+
+
+def write_bert_checkpoint(prefix: str) -> str:
+    """The initial checkpoint of `bert_like_program` (its `init_checkpoint` param)."""
+    return write_checkpoint(prefix, bert_checkpoint_values())
+
+
+def bert_data(rows: int, seed: int, fake_rows: int = 0) -> dict[str, np.ndarray]:
+    """Token ids, labels and `is_real_example`; the last `fake_rows` are padding (0, label 0)."""
+    rng = np.random.RandomState(seed)
+    input_ids = rng.randint(0, BERT_VOCAB, (rows, BERT_SEQ_LEN)).astype(np.int32)
+    label_ids = (input_ids.sum(axis=1) % 2).astype(np.int32)
+    is_real_example = np.ones(rows, np.float32)
+    if fake_rows:
+        input_ids[-fake_rows:] = 0
+        label_ids[-fake_rows:] = 0
+        is_real_example[-fake_rows:] = 0.0
+    return {"input_ids": input_ids, "label_ids": label_ids, "is_real_example": is_real_example}
+
+
+class AdamWeightDecayOptimizer(tf.compat.v1.train.Optimizer):
+    """A simplified BERT-style Adam with decoupled weight decay.
+
+    Its own `apply_gradients` creates `<var>/adam_m` and `<var>/adam_v` with
+    `get_variable`, assigns the variables directly, and neither bias-corrects
+    nor touches `global_step`.
+    """
+
+    def __init__(
+        self,
+        learning_rate: Any,
+        weight_decay_rate: float = 0.0,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-6,
+        exclude_from_weight_decay: list[str] | None = None,
+        name: str = "AdamWeightDecayOptimizer",
+    ):
+        super().__init__(False, name)
+        self.learning_rate = learning_rate
+        self.weight_decay_rate = weight_decay_rate
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.exclude_from_weight_decay = exclude_from_weight_decay or []
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        assignments = []
+        for grad, param in grads_and_vars:
+            if grad is None or param is None:
+                continue
+            param_name = re.sub(r":\d+$", "", param.name)
+            slots = [
+                tf.compat.v1.get_variable(
+                    f"{param_name}/{slot}",
+                    param.shape.as_list(),
+                    tf.float32,
+                    initializer=tf.compat.v1.zeros_initializer(),
+                    trainable=False,
+                )
+                for slot in ("adam_m", "adam_v")
+            ]
+            m, v = slots
+            next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+            next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+            update = next_m / (tf.sqrt(next_v) + self.epsilon)
+            if self.weight_decay_rate and not any(
+                word in param_name for word in self.exclude_from_weight_decay
+            ):
+                update += self.weight_decay_rate * param
+            assignments += [
+                param.assign(param - self.learning_rate * update),
+                m.assign(next_m),
+                v.assign(next_v),
+            ]
+        return tf.group(*assignments, name=name)
+
+
+def _bert_forward(features: dict) -> dict[str, tf.Tensor]:
+    """One-hot embedding lookup, mean pool, `bert/pooler/dense` and the classifier head."""
+    with tf.compat.v1.variable_scope("bert"):
+        with tf.compat.v1.variable_scope("embeddings"):
+            table = tf.compat.v1.get_variable(
+                "word_embeddings",
+                [BERT_VOCAB, BERT_HIDDEN],
+                initializer=tf.compat.v1.zeros_initializer(),
+            )
+            one_hot_ids = tf.one_hot(features["input_ids"], depth=BERT_VOCAB)  # as on TPU
+            embedded = tf.einsum("bsv,vh->bsh", one_hot_ids, table)
+        with tf.compat.v1.variable_scope("pooler"), tf.compat.v1.variable_scope("dense"):
+            kernel = tf.compat.v1.get_variable(
+                "kernel", [BERT_HIDDEN, BERT_HIDDEN], initializer=tf.compat.v1.zeros_initializer()
+            )
+            bias = tf.compat.v1.get_variable(
+                "bias", [BERT_HIDDEN], initializer=tf.compat.v1.zeros_initializer()
+            )
+            pooled = tf.tanh(tf.matmul(tf.reduce_mean(embedded, axis=1), kernel) + bias)
+    output_value = 0.3 * np.random.RandomState(7).randn(BERT_LABELS, BERT_HIDDEN)
+    output_weights = tf.compat.v1.get_variable(
+        "output_weights",
+        [BERT_LABELS, BERT_HIDDEN],
+        initializer=tf.compat.v1.constant_initializer(output_value.astype(np.float32)),
+    )
+    output_bias = tf.compat.v1.get_variable(
+        "output_bias", [BERT_LABELS], initializer=tf.compat.v1.zeros_initializer()
+    )
+    logits = tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True), output_bias)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    one_hot = tf.one_hot(features["label_ids"], depth=BERT_LABELS, dtype=tf.float32)
+    per_example_loss = -tf.reduce_sum(one_hot * log_probs, axis=-1)
+    return {
+        "logits": logits,
+        "probabilities": tf.nn.softmax(logits, axis=-1),
+        "per_example_loss": per_example_loss,
+        "loss": tf.reduce_mean(per_example_loss),
+    }
+
+
+def _bert_init_from_checkpoint(init_checkpoint: str) -> None:
+    """`init_from_checkpoint` for every trainable variable the checkpoint holds (run_classifier style)."""
+    by_name = {re.sub(r":\d+$", "", v.name): v for v in tf.compat.v1.trainable_variables()}
+    assignment_map = {
+        name: name
+        for name, _ in tf.compat.v1.train.list_variables(init_checkpoint)
+        if name in by_name
+    }
+    tf.compat.v1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+
+
+def _bert_train_op(loss: tf.Tensor, params: dict) -> tf.Operation:
+    """Warm-up then linear decay, clipping by global norm 1.0, and a hand-incremented global step.
+
+    The step is read (for the learning rate) before it is incremented, as in a `tf.function`.
+    """
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    learning_rate = tf.compat.v1.train.polynomial_decay(
+        tf.constant(params["learning_rate"], tf.float32),
+        global_step,
+        params["num_train_steps"],
+        end_learning_rate=0.0,
+        power=1.0,
+    )
+    step = tf.cast(global_step, tf.float32)
+    warmup_steps = float(params["num_warmup_steps"])
+    is_warmup = tf.cast(step < warmup_steps, tf.float32)
+    warmup_rate = params["learning_rate"] * step / warmup_steps
+    learning_rate = (1.0 - is_warmup) * learning_rate + is_warmup * warmup_rate
+    optimizer = AdamWeightDecayOptimizer(
+        learning_rate, weight_decay_rate=0.01, exclude_from_weight_decay=["LayerNorm", "bias"]
+    )
+    tvars = tf.compat.v1.trainable_variables()
+    grads, _ = tf.clip_by_global_norm(tf.gradients(loss, tvars), clip_norm=1.0)
+    train_op = optimizer.apply_gradients(zip(grads, tvars, strict=True), global_step=global_step)
+    # BERT increments without this control dependency; then, in a TF1 Session, the increment
+    # races with the learning rate's read of the step and the numbers vary from run to run.
+    with tf.control_dependencies([train_op]):
+        new_global_step = global_step + 1
+        return tf.group(train_op, [global_step.assign(new_global_step)])
+
+
+def bert_metric_fn(per_example_loss, label_ids, logits, is_real_example):
+    """run_classifier's metric_fn: weighted accuracy and mean loss."""
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    return {
+        "eval_accuracy": tf.compat.v1.metrics.accuracy(
+            labels=label_ids, predictions=predictions, weights=is_real_example
+        ),
+        "eval_loss": tf.compat.v1.metrics.mean(values=per_example_loss, weights=is_real_example),
+    }
+
+
+def bert_like_program(est: Any, init_checkpoint: str) -> Program:
+    """A BERT-shaped classifier (see `_bert_forward`, `_bert_train_op`, `bert_metric_fn`).
+
+    Labels travel in `features["label_ids"]` (the input_fns yield features only).
+    Train: 32 rows, batch 8, drop_remainder, max_steps=12. Eval: 37 rows (the last
+    3 with is_real_example 0), batch 8 without drop_remainder (8, 8, 8, 8, 5), until
+    the input ends. Predict: 11 rows, batch 4 (4, 4, 3).
+    """
+
+    def model_fn(features, labels, mode, params):
+        outputs = _bert_forward(features)
+        _bert_init_from_checkpoint(params["init_checkpoint"])
+        if mode == est.ModeKeys.TRAIN:
+            train_op = _bert_train_op(outputs["loss"], params)
+            return est.TPUEstimatorSpec(mode, loss=outputs["loss"], train_op=train_op)
+        if mode == est.ModeKeys.EVAL:
+            tensors = [
+                outputs["per_example_loss"],
+                features["label_ids"],
+                outputs["logits"],
+                features["is_real_example"],
+            ]
+            return est.TPUEstimatorSpec(
+                mode, loss=outputs["loss"], eval_metrics=(bert_metric_fn, tensors)
+            )
+        return est.TPUEstimatorSpec(mode, predictions={"probabilities": outputs["probabilities"]})
+
+    return _bert_program(model_fn, init_checkpoint)
+
+
+def _bert_program(model_fn: ModelFn | None, init_checkpoint: str) -> Program:
+    return Program(
+        model_fn=model_fn,
+        train_input_fn=_input_fn(bert_data(32, seed=8), repeat=True),
+        eval_input_fn=_input_fn(bert_data(37, seed=9, fake_rows=3), drop_remainder=False),
+        predict_input_fn=_input_fn(bert_data(11, seed=10), drop_remainder=False),
+        params={"init_checkpoint": init_checkpoint, **BERT_PARAMS},
+        train_batch_size=8,
+        eval_batch_size=8,
+        predict_batch_size=4,
+        max_steps=BERT_TRAIN_STEPS,
+        eval_steps=None,
+    )
+
+
+def _variable_name(variable: tf.Variable) -> str:
+    return re.sub(r":\d+$", "", variable.name)
+
+
+def _run_to_end(session: tf.compat.v1.Session, fetches: Any) -> list:
+    """Runs `fetches` until the input raises OutOfRangeError; returns every result."""
+    results = []
+    while True:
+        try:
+            results.append(session.run(fetches))
+        except tf.errors.OutOfRangeError:
+            return results
+
+
+def bert_session_loop(init_checkpoint: str, train_steps: int = BERT_TRAIN_STEPS) -> dict:
+    """`bert_like_program` run by hand in `tf.compat.v1.Graph`s and Sessions (no estimator).
+
+    Trains `train_steps` steps, then evaluates and predicts with the trained
+    values, as the estimator would (its eval `loss` is the mean of the
+    per-batch losses). Works under TF 2.15 and TF 2.21.
+
+    Returns:
+        `{"variables": {name: array}, "evaluate": {key: value}, "predictions": array}`.
+    """
+    program = _bert_program(model_fn=None, init_checkpoint=init_checkpoint)  # its inputs only
+    params = dict(program.params)
+
+    def batches(input_fn: InputFn, batch_size: int) -> dict:
+        dataset = input_fn({"batch_size": batch_size})
+        return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+
+    with tf.Graph().as_default():
+        tf.compat.v1.random.set_random_seed(SEED)
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        outputs = _bert_forward(batches(program.train_input_fn, program.train_batch_size))
+        _bert_init_from_checkpoint(init_checkpoint)
+        train_op = _bert_train_op(outputs["loss"], params)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(train_steps):
+                session.run(train_op)
+            variables = {_variable_name(v): session.run(v) for v in tf.compat.v1.global_variables()}
+
+    def restored_session() -> tf.compat.v1.Session:
+        session = tf.compat.v1.Session()
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(tf.compat.v1.local_variables_initializer())
+        session.run(
+            [v.assign(variables[_variable_name(v)]) for v in tf.compat.v1.global_variables()]
+        )
+        return session
+
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        features = batches(program.eval_input_fn, program.eval_batch_size)
+        outputs = _bert_forward(features)
+        _bert_init_from_checkpoint(init_checkpoint)
+        metrics = bert_metric_fn(
+            outputs["per_example_loss"],
+            features["label_ids"],
+            outputs["logits"],
+            features["is_real_example"],
+        )
+        metrics["loss"] = tf.compat.v1.metrics.mean(outputs["loss"])
+        with restored_session() as session:
+            _run_to_end(session, [update for _, update in metrics.values()])
+            evaluate = session.run({key: value for key, (value, _) in metrics.items()})
+            evaluate["global_step"] = session.run(global_step)
+
+    with tf.Graph().as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        outputs = _bert_forward(batches(program.predict_input_fn, program.predict_batch_size))
+        _bert_init_from_checkpoint(init_checkpoint)
+        with restored_session() as session:
+            predictions = np.concatenate(_run_to_end(session, outputs["probabilities"]))
+
+    return {"variables": variables, "evaluate": evaluate, "predictions": predictions}

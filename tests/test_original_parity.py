@@ -1,0 +1,246 @@
+"""Programs run unchanged give the original TPUEstimator's numbers (TF1 execution semantics).
+
+Each program of `tests/original_programs.py` runs on this library's facade and
+is compared with `tests/original_numbers.py`, which `scripts/original_numbers.py`
+wrote by running the same code on the original (TF 2.15, `use_tpu=False`).
+`use_tpu=False` runs the original's CPU path; the strategy path (`use_tpu=True`)
+runs under the `strategy` fixture, the default strategy and `MirroredStrategy`
+over 4 logical CPUs, with the same global batches, so it gives the same numbers
+wherever the original's do not depend on a partial batch.
+"""
+
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_tpu_estimator as kte
+from tests import original_numbers as original
+from tests import original_programs as programs
+
+RTOL = 2e-6  # float32 results of two TensorFlow versions
+
+
+def assert_close(actual, expected, rtol=RTOL, atol=1e-7):
+    if isinstance(expected, dict):
+        assert sorted(actual) == sorted(expected)
+        for key, value in expected.items():
+            assert_close(actual[key], value, rtol, atol)
+    else:
+        np.testing.assert_allclose(np.asarray(actual, np.float64), expected, rtol=rtol, atol=atol)
+
+
+def estimator(program, model_dir, strategy=None):
+    """The original's CPU path (`use_tpu=False`), or the strategy path under `strategy`."""
+    if strategy is None:
+        return programs.build_estimator(kte, program, str(model_dir))
+    config = kte.RunConfig(
+        model_dir=str(model_dir),
+        tf_random_seed=programs.SEED,
+        tpu_config=kte.TPUConfig(iterations_per_loop=program.iterations_per_loop),
+        train_distribute=strategy,
+    )
+    return kte.TPUEstimator(
+        program.model_fn, config=config, params=dict(program.params), use_tpu=True,
+        train_batch_size=program.train_batch_size, eval_batch_size=program.eval_batch_size,
+        predict_batch_size=program.predict_batch_size,
+    )
+
+
+def trained(program, model_dir, strategy=None):
+    est = estimator(program, model_dir, strategy)
+    est.train(program.train_input_fn, max_steps=program.max_steps)
+    return est
+
+
+def predictions(est, program):
+    return list(est.predict(program.predict_input_fn))
+
+
+# ------------------------------------------------------------------ initializers once
+def test_init_from_checkpoint_in_model_fn_initialises_once(tmp_path):
+    ckpt = programs.write_init_checkpoint(str(tmp_path / "init" / "model.ckpt"))
+    program = programs.init_from_checkpoint_program(kte, ckpt)
+    est = trained(program, tmp_path / "model")
+    expected = original.INIT_FROM_CHECKPOINT
+    assert_close(est.evaluate(program.eval_input_fn, steps=program.eval_steps), expected["evaluate"])
+    assert_close(est.get_variable_value("w"), expected["w"])
+    assert_close(predictions(est, program)[0]["y"], expected["first_prediction"])
+    # A checkpoint in model_dir wins over init_from_checkpoint, as in the original.
+    est.train(program.train_input_fn, max_steps=8)
+    assert_close(est.get_variable_value("w"), expected["resumed"]["w"])
+    assert est.get_variable_value("global_step") == 8
+
+
+def test_init_from_checkpoint_once_on_the_strategy_path(strategy, tmp_path):
+    """Every row is the same, so a batch of 4 trains exactly like the original's batch of 1."""
+    ckpt = programs.write_init_checkpoint(str(tmp_path / "init" / "model.ckpt"))
+    program = programs.init_from_checkpoint_program(kte, ckpt)
+    program = type(program)(**{**vars(program), "train_batch_size": 4, "eval_batch_size": 4,
+                               "predict_batch_size": 4})
+    est = trained(program, tmp_path / "model", strategy)
+    assert_close(est.get_variable_value("w"), original.INIT_FROM_CHECKPOINT["w"])
+    model = kte.EstimatorModel(program.model_fn, params=dict(program.params), strategy=strategy,
+                               train_batch_size=4)
+    model.fit(program.train_input_fn, callbacks=[kte.StopAtStep(steps=5)], verbose=0)
+    assert_close(model.variables_by_name["w"].numpy(), original.INIT_FROM_CHECKPOINT["w"])
+    # A later build (another mode) does not initialise the trained variables again.
+    model.evaluate(program.eval_input_fn, batch_size=4, verbose=0)
+    assert_close(model.variables_by_name["w"].numpy(), original.INIT_FROM_CHECKPOINT["w"])
+
+
+# ------------------------------------------------------------------ only what is fetched runs
+def test_a_train_op_built_in_every_mode_runs_only_in_training(strategy, tmp_path):
+    program = programs.unfetched_train_op_program(kte)
+    expected = original.UNFETCHED_TRAIN_OP
+    est = trained(program, tmp_path, strategy)
+    results = [est.evaluate(program.eval_input_fn, steps=program.eval_steps) for _ in range(3)]
+    for result, want in zip(results, expected["evaluate"], strict=True):
+        assert_close(result, want)
+    rows = predictions(est, program)
+    assert_close([row["y"] for row in rows[: len(expected["predictions"]["y"])]], expected["predictions"]["y"])
+    for name, value in expected["variables"].items():
+        assert_close(est.get_variable_value(name), value)
+
+
+def test_a_stateful_op_runs_only_when_fetched(strategy, tmp_path):
+    program = programs.counter_program(kte)
+    expected = original.COUNTER
+    est = trained(program, tmp_path, strategy)
+
+    def counters():
+        return {n: int(est.get_variable_value(n)) for n in ("c", "d", "global_step")}
+
+    assert counters() == expected["after_train"]
+    assert_close(est.evaluate(program.eval_input_fn, steps=program.eval_steps), expected["evaluate"])
+    assert counters() == expected["after_evaluate"]
+    rows = predictions(est, program)
+    assert_close([row["y"] for row in rows], expected["predictions"]["y"])
+    assert counters() == expected["after_predict"]
+    assert est.get_variable_names() == expected["variable_names"]
+
+
+def test_keras_counter_model_sees_the_same(strategy):
+    """The Keras face: fit, evaluate and predict never run the unfetched `assign_add`."""
+    program = programs.counter_program(kte)
+    model = kte.EstimatorModel(
+        program.model_fn, strategy=strategy, train_batch_size=4, eval_batch_size=4,
+        predict_batch_size=4, steps_per_execution=3,
+    )
+    model.fit(program.train_input_fn, callbacks=[kte.StopAtStep(steps=7)], verbose=0)
+    model.evaluate(program.eval_input_fn, steps=2, verbose=0)
+    model.predict(program.predict_input_fn, verbose=0)
+    values = {name: int(model.variables_by_name[name].numpy()) for name in ("c", "d")}
+    assert values == {"c": 0, "d": 7}
+    assert model.global_step == 7
+
+
+# ------------------------------------------------------------------ evaluate's result
+def _scalar_events(logdir):
+    events = {}
+    for path in sorted(tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag != "checkpoint_path":
+                    events[value.tag] = (event.step, float(tf.make_ndarray(value.tensor)))
+    return events
+
+
+@pytest.mark.parametrize("use_tpu", [False, True])
+def test_evaluate_returns_and_writes_every_eval_metric(use_tpu, tmp_path):
+    program = programs.eval_metrics_program(kte)
+    expected = original.EVAL_METRICS
+    est = trained(program, tmp_path, tf.distribute.get_strategy() if use_tpu else None)
+    result = est.evaluate(program.eval_input_fn, steps=program.eval_steps)
+    assert_close(result, expected["evaluate"])
+    assert isinstance(result["global_step"], np.int64)
+    written = _scalar_events(tmp_path / "eval")
+    for event in expected["eval_events"]:
+        if event["kind"] == "simple_value":
+            step, value = written[event["tag"]]
+            assert step == event["step"]
+            assert value == pytest.approx(event["value"], rel=RTOL)
+
+
+def test_evaluate_and_predict_without_a_checkpoint_run_initialised_variables(tmp_path, caplog):
+    program = programs.eval_metrics_program(kte)
+    expected = original.NO_CHECKPOINT
+    est = estimator(program, tmp_path)
+    with caplog.at_level(logging.INFO):
+        assert_close(est.evaluate(program.eval_input_fn, steps=program.eval_steps), expected["evaluate"])
+        rows = predictions(est, program)
+    assert_close([row["probabilities"] for row in rows], expected["predictions"]["probabilities"])
+    for message in expected["log_messages"]:
+        assert message["message"].format(model_dir=tmp_path) in caplog.text
+    assert est.latest_checkpoint() is None
+
+
+def test_eval_metric_ops_run_on_the_cpu_path(tmp_path):
+    program = programs.eval_metric_ops_program(kte)
+    est = trained(program, tmp_path / "cpu")
+    assert_close(est.evaluate(program.eval_input_fn, steps=program.eval_steps),
+                 original.EVAL_METRIC_OPS_CPU["evaluate"])
+    # Twice: each evaluation starts its metrics from zero, as each TF1 session did.
+    assert_close(est.evaluate(program.eval_input_fn, steps=program.eval_steps),
+                 original.EVAL_METRIC_OPS_CPU["evaluate"])
+    tpu = trained(program, tmp_path / "tpu", tf.distribute.get_strategy())
+    with pytest.raises(ValueError, match="eval_metric_ops cannot run on the TPU path"):
+        tpu.evaluate(program.eval_input_fn, steps=program.eval_steps)
+
+
+def test_evaluate_loss_is_the_mean_of_the_steps_losses(tmp_path):
+    program = programs.partial_eval_loss_program(kte)
+    expected = original.PARTIAL_EVAL_LOSS
+    est = trained(program, tmp_path)
+    assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"])
+
+
+# ------------------------------------------------------------------ metrics, Keras, BERT
+@pytest.mark.parametrize("fetch_metric", [False, True])
+def test_tf1_metrics_in_a_training_model_fn(fetch_metric, strategy, tmp_path):
+    program = programs.metrics_in_train_program(kte, fetch_metric=fetch_metric)
+    expected = original.METRICS_IN_TRAIN["fetched" if fetch_metric else "created_only"]
+    est = trained(program, tmp_path, strategy)
+    for name, value in expected.items():
+        assert_close(est.get_variable_value(name), value)
+
+
+def test_a_keras_model_built_in_model_fn_keeps_its_names(strategy, tmp_path):
+    program = programs.keras_in_model_fn_program(kte)
+    expected = original.KERAS_IN_MODEL_FN
+    est = trained(program, tmp_path, strategy)
+    assert est.get_variable_names() == sorted(expected["variables"])
+    for name, value in expected["variables"].items():
+        assert_close(est.get_variable_value(name), value, rtol=1e-5)
+    assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"], rtol=1e-5)
+
+
+def test_bert_like_program_equals_the_original_and_a_session_loop(tmp_path):
+    ckpt = programs.write_bert_checkpoint(str(tmp_path / "init" / "bert.ckpt"))
+    program = programs.bert_like_program(kte, ckpt)
+    expected = original.BERT_LIKE
+    est = trained(program, tmp_path / "model")
+    session = programs.bert_session_loop(ckpt)
+    for name, value in expected["variables"].items():
+        assert_close(est.get_variable_value(name), value, atol=1e-5, rtol=1e-5)
+        assert_close(est.get_variable_value(name), session["variables"][name], atol=1e-5, rtol=1e-5)
+    result = est.evaluate(program.eval_input_fn)
+    assert_close(result, expected["evaluate"], rtol=1e-5)
+    for key in ("eval_accuracy", "eval_loss", "loss"):
+        assert result[key] == pytest.approx(session["evaluate"][key], rel=1e-5)
+    rows = predictions(est, program)
+    assert_close([row["probabilities"] for row in rows], expected["predictions"], atol=1e-5, rtol=1e-5)
+
+
+def test_bert_like_program_on_replicas_trains_the_same_weights(mirrored, tmp_path):
+    """4 replicas: same weights; the weighted metrics see exactly the real rows."""
+    ckpt = programs.write_bert_checkpoint(str(tmp_path / "init" / "bert.ckpt"))
+    program = programs.bert_like_program(kte, ckpt)
+    expected = original.BERT_LIKE
+    est = trained(program, tmp_path / "model", mirrored)
+    for name, value in expected["variables"].items():
+        assert_close(est.get_variable_value(name), value, atol=1e-5, rtol=1e-5)
+    result = est.evaluate(program.eval_input_fn)
+    for key in ("eval_accuracy", "eval_loss"):
+        assert result[key] == pytest.approx(expected["evaluate"][key], rel=1e-5)
