@@ -95,6 +95,59 @@ def fresh_keras_auto_names() -> Iterator[None]:
         _keras_global_state.set_global_attribute(key, saved)
 
 
+class _PerThreadCounts(dict):
+    """A `defaultdict(int)` whose counts belong to the thread that uses them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_thread: dict[int, collections.defaultdict] = {}
+
+    def _counts(self) -> collections.defaultdict:
+        return self.by_thread.setdefault(threading.get_ident(), collections.defaultdict(int))
+
+    def __getitem__(self, key: Any) -> int:
+        return self._counts()[key]
+
+    def __setitem__(self, key: Any, value: int) -> None:
+        self._counts()[key] = value
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._counts()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._counts().get(key, default)
+
+
+@contextlib.contextmanager
+def fresh_tf_keras_names() -> Iterator[None]:
+    """tf_keras auto-names (`sequential`, `dense_1`, ...) restart in this thread inside this scope.
+
+    As in each TF1 graph, so a tf_keras model built in `model_fn` gets the same
+    names on every call and in every replica thread (tf_keras counts names per
+    graph in `tf_keras.src.backend.PER_GRAPH_OBJECT_NAME_UIDS`). Nothing to do
+    before tf_keras is imported.
+    """
+    backend = sys.modules.get("tf_keras.src.backend")
+    if backend is None:
+        yield
+        return
+    graph = tf.compat.v1.get_default_graph()
+    counts = backend.PER_GRAPH_OBJECT_NAME_UIDS.get(graph)
+    if not isinstance(counts, _PerThreadCounts):
+        counts = _PerThreadCounts()
+        backend.PER_GRAPH_OBJECT_NAME_UIDS[graph] = counts
+    thread = threading.get_ident()
+    saved = counts.by_thread.get(thread)
+    counts.by_thread[thread] = collections.defaultdict(int)
+    try:
+        yield
+    finally:
+        if saved is None:
+            counts.by_thread.pop(thread, None)
+        else:
+            counts.by_thread[thread] = saved
+
+
 def keras_name_path() -> str:
     """The Keras layer path being built (`dense_1`), or "" outside Keras layers.
 

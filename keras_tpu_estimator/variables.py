@@ -119,8 +119,9 @@ class VariableStore:
         `merge_call` code, which runs there, sees it) and again around each
         `model_fn` call. It installs the TF1 store with `AUTO_REUSE`, fills
         the TF1 collections `TRAINABLE_VARIABLES`, `GLOBAL_VARIABLES` and
-        `GLOBAL_STEP` with the model's variables, and restarts Keras'
-        auto-naming so inline layers get the same names on every trace.
+        `GLOBAL_STEP` with the model's variables, and restarts Keras' and
+        tf_keras' auto-naming so inline layers get the same names on every
+        trace and replica, as in each TF1 graph.
         """
         graph = tf.compat.v1.get_default_graph()
         saved_entry = getattr(self._local, "entry", None)
@@ -137,6 +138,7 @@ class VariableStore:
             stack.enter_context(tf.variable_creator_scope(self._creator))
             stack.enter_context(_compat.merge_calls_under_creator(self._creator))
             stack.enter_context(_compat.fresh_keras_auto_names())
+            stack.enter_context(_compat.fresh_tf_keras_names())
             stack.enter_context(self._collections_filled(graph))
             try:
                 yield

@@ -93,7 +93,33 @@ def model_fn(features, labels, mode, params):
     return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, host_call=host_call)
 
 
-def make_model(params=None):
+def unfetched_ops_model_fn(features, labels, mode, params):
+    """Builds an Adam update in every mode and a counter update that is never fetched."""
+    counters = [
+        tf.compat.v1.get_variable(name, [], tf.float32, tf.compat.v1.zeros_initializer(), trainable=False)
+        for name in ("unfetched", "fetched")
+    ]
+    counters[0].assign_sub(1.0, name="unfetched_counter")
+    output = tf.compat.v1.layers.dense(features["x"], 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, output)
+    with tf.control_dependencies([counters[1].assign_sub(1.0, name="fetched_counter")]):
+        train_op = tf.compat.v1.train.AdamOptimizer(0.01).minimize(
+            loss, tf.compat.v1.train.get_or_create_global_step()
+        )
+    if mode == kte.ModeKeys.PREDICT:
+        return kte.TPUEstimatorSpec(mode, predictions={"y": output})
+    return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op if mode == kte.ModeKeys.TRAIN else None)
+
+
+def node_names(concrete_function):
+    graph_def = concrete_function.graph.as_graph_def()
+    nodes = list(graph_def.node)
+    for function in graph_def.library.function:
+        nodes.extend(function.node_def)
+    return [(node.name, node.op) for node in nodes]
+
+
+def make_model(params=None, model_fn=model_fn):
     strategy = tf.distribute.TPUStrategy(FakeTPUResolver())
     return kte.EstimatorModel(
         model_fn, params=params, strategy=strategy,
@@ -116,6 +142,16 @@ def main():
         report["fit"] = "ran"
     except tf.errors.InvalidArgumentError as error:
         report["fit"] = str(error).splitlines()[0][:120]
+    pruned = make_model(model_fn=unfetched_ops_model_fn)
+    report["fetches"] = {}
+    for mode in (kte.ModeKeys.TRAIN, kte.ModeKeys.EVAL, kte.ModeKeys.PREDICT):
+        nodes = node_names(pruned.trace(input_fn, mode))
+        report["fetches"][mode] = {
+            "unfetched_counter": sum("unfetched_counter" in name for name, _ in nodes),
+            "fetched_counter": sum("/fetched_counter" in name for name, _ in nodes),
+            "ResourceApplyAdam": sum(op == "ResourceApplyAdam" for _, op in nodes),
+            "TPUReplicateMetadata": sum(op == "TPUReplicateMetadata" for _, op in nodes),
+        }
     dynamic = make_model(params={"drop_remainder": False})
     try:
         dynamic.trace(input_fn)

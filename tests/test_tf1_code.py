@@ -389,3 +389,35 @@ def test_a_tf1_graph_checkpoint_of_the_same_code_loads_and_predicts_the_same(tmp
     np.testing.assert_allclose(predicted, expected, rtol=1e-5, atol=1e-5)
     estimator.train(tf1_models.image_input_fn, max_steps=7)  # resumes at step 3, slots included
     assert estimator.latest_checkpoint().endswith("model.ckpt-7")
+
+
+# ------------------------------------------------------------------ tf_keras models in model_fn
+def tf_keras_sequential_model_fn(features, labels, mode, params):
+    """TF2-era TPUEstimator code under TF_USE_LEGACY_KERAS: a tf_keras model built per call."""
+    import tf_keras
+
+    model = tf_keras.Sequential([
+        tf_keras.layers.Dense(8, activation="relu", kernel_initializer="ones"),
+        tf_keras.layers.Dense(1, kernel_initializer="ones"),
+    ])
+    output = model(features["x"])
+    if mode == kte.ModeKeys.PREDICT:
+        return kte.TPUEstimatorSpec(mode, predictions={"y": output})
+    loss = tf.reduce_mean(tf.square(output - labels))
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(
+        loss, tf.compat.v1.train.get_or_create_global_step()
+    )
+    return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op if mode == kte.ModeKeys.TRAIN else None)
+
+
+def test_a_tf_keras_model_gets_the_same_names_in_every_call_and_replica(strategy):
+    """tf_keras names layers per graph; replicas share one graph, yet each call names afresh."""
+    model = make_model(tf_keras_sequential_model_fn, strategy)
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=8)], verbose=0)
+    before = model.evaluate(models.input_fn, steps=2, verbose=0)
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=16)], verbose=0)
+    assert sorted(model.variables_by_name) == [
+        "dense/bias", "dense/kernel", "dense_1/bias", "dense_1/kernel", "global_step",
+    ]
+    assert model.evaluate(models.input_fn, steps=2, verbose=0) < before
+    assert model.predict(models.predict_input_fn, verbose=0)["y"].shape == (64, 1)

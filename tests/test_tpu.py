@@ -39,6 +39,17 @@ def test_every_mode_traces_to_one_replicated_tpu_program(report, mode, outputs):
     assert counts["TPUReplicatedOutput"] >= outputs  # loss, weight, host and metric tensors
 
 
+@pytest.mark.parametrize("mode", ["train", "eval", "infer"])
+def test_only_fetched_ops_are_in_the_tpu_program(report, mode):
+    """TF1 fetch semantics inside the TPU computation: unfetched updates are not traced in."""
+    counts = report["fetches"][mode]
+    assert counts["TPUReplicateMetadata"] == 1
+    assert counts["unfetched_counter"] == 0
+    training = mode == "train"
+    assert (counts["ResourceApplyAdam"] > 0) == training  # minimize() is built in every mode
+    assert (counts["fetched_counter"] > 0) == training  # wired into train_op by control_dependencies
+
+
 def test_running_needs_a_real_tpu(report):
     assert "No OpKernel was registered to support Op 'TPUReplicated" in report["fit"]
 
