@@ -59,6 +59,7 @@ class _LegacyLayers(types.ModuleType):
             layers = _compat.legacy_tf_layers()
         except ImportError:
             raise AttributeError(_TF_KERAS_MISSING.format(name=name)) from None
+        _collect_updates_in_model_fn()
         if hasattr(layers, name):
             return getattr(layers, name)
         return getattr(self._keras_3_layers, name)
@@ -177,15 +178,23 @@ def _refusing(original: Any, name: str, message: str) -> Any:
     return refusing
 
 
-def _collecting_add_update(original: Any) -> Any:
-    """`add_update` of TF1 layers that also puts each update into `UPDATE_OPS`.
+def _collect_updates_in_model_fn() -> None:
+    """From now on, TF1 layers' `add_update` inside `model_fn` also fills `UPDATE_OPS`.
 
     tf_keras runs a layer's updates (batch norm's moving averages) as soon as
     they are added, as TF2 does; in a TF1 graph they went to `UPDATE_OPS`, and
     ran when `train_op` depended on them. Here, too: only what is fetched runs.
+    Installed once on tf_keras' base `Layer` (it must already be imported);
+    outside `model_fn` the method behaves as tf_keras' own.
     """
+    layer = _compat.loaded_tf_keras_layer()
+    if layer is None or getattr(layer.add_update, "_collects_update_ops", False):
+        return
+    original = layer.add_update
 
     def add_update(self: Any, updates: Any) -> None:
+        if not inside_model_fn():
+            return original(self, updates)
         recorded: list = []
 
         def recording(update: Any) -> Any:
@@ -203,14 +212,12 @@ def _collecting_add_update(original: Any) -> Any:
             if update is not None:
                 tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, update)
 
-    return add_update
+    add_update._collects_update_ops = True
+    layer.add_update = add_update
 
 
 def _guard_patches() -> list:
     patches = [(tf, "contrib", _RemovedContrib())]
-    layer = _compat.loaded_tf_keras_layer()
-    if layer is not None:
-        patches.append((layer, "add_update", _collecting_add_update(layer.add_update)))
     for v1 in _compat.compat_v1_modules():
         patches.append((v1, "contrib", _RemovedContrib()))
         for owner, attribute, name in [
@@ -252,6 +259,7 @@ def model_fn_scope() -> Iterator[None]:
         spec = model_fn(features, labels, mode, params)
     ```
     """
+    _collect_updates_in_model_fn()
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
         with legacy_layers(), _compat.patched_attributes("model_fn_guards", _guard_patches):

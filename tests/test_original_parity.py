@@ -58,6 +58,16 @@ def predictions(est, program):
     return list(est.predict(program.predict_input_fn))
 
 
+@pytest.fixture(params=["cpu_path", "default", "mirrored4"])
+def path(request):
+    """None for the original's CPU path (`use_tpu=False`), else the strategy of the strategy path."""
+    if request.param == "cpu_path":
+        return None
+    if request.param == "default":
+        return tf.distribute.get_strategy()
+    return request.getfixturevalue("mirrored")
+
+
 # ------------------------------------------------------------------ initializers once
 def test_init_from_checkpoint_in_model_fn_initialises_once(tmp_path):
     ckpt = programs.write_init_checkpoint(str(tmp_path / "init" / "model.ckpt"))
@@ -147,11 +157,10 @@ def _scalar_events(logdir):
     return events
 
 
-@pytest.mark.parametrize("use_tpu", [False, True])
-def test_evaluate_returns_and_writes_every_eval_metric(use_tpu, tmp_path):
+def test_evaluate_returns_and_writes_every_eval_metric(path, tmp_path):
     program = programs.eval_metrics_program(kte)
     expected = original.EVAL_METRICS
-    est = trained(program, tmp_path, tf.distribute.get_strategy() if use_tpu else None)
+    est = trained(program, tmp_path, path)
     result = est.evaluate(program.eval_input_fn, steps=program.eval_steps)
     assert_close(result, expected["evaluate"])
     assert isinstance(result["global_step"], np.int64)
@@ -163,10 +172,10 @@ def test_evaluate_returns_and_writes_every_eval_metric(use_tpu, tmp_path):
             assert value == pytest.approx(event["value"], rel=RTOL)
 
 
-def test_evaluate_and_predict_without_a_checkpoint_run_initialised_variables(tmp_path, caplog):
+def test_evaluate_and_predict_without_a_checkpoint_run_initialised_variables(path, tmp_path, caplog):
     program = programs.eval_metrics_program(kte)
     expected = original.NO_CHECKPOINT
-    est = estimator(program, tmp_path)
+    est = estimator(program, tmp_path, path)
     with caplog.at_level(logging.INFO):
         assert_close(est.evaluate(program.eval_input_fn, steps=program.eval_steps), expected["evaluate"])
         rows = predictions(est, program)
@@ -174,6 +183,7 @@ def test_evaluate_and_predict_without_a_checkpoint_run_initialised_variables(tmp
     for message in expected["log_messages"]:
         assert message["message"].format(model_dir=tmp_path) in caplog.text
     assert est.latest_checkpoint() is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == expected["model_dir_files"]
 
 
 def test_eval_metric_ops_run_on_the_cpu_path(tmp_path):

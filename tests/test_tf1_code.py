@@ -94,7 +94,9 @@ def bn_model_fn(features, labels, mode, params):
     loss = tf.reduce_mean(tf.square(output - labels))
     train_op = None
     if mode == kte.ModeKeys.TRAIN:
-        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+        wired = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
+        assert len(wired) == 2, wired  # moving mean and variance, as in a TF1 graph
+        with tf.control_dependencies(wired if (params or {}).get("wire_updates", True) else []):
             train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(
                 loss, tf.compat.v1.train.get_or_create_global_step()
             )
@@ -109,7 +111,17 @@ def shifted_input_fn(params):
     )
 
 
+def test_batch_norm_statistics_stay_unless_the_train_op_depends_on_update_ops(strategy):
+    """TF1's rule: UPDATE_OPS run only when fetched, as a `session.run(train_op)` ran them."""
+    model = make_model(bn_model_fn, strategy, params={"wire_updates": False}, batch=64)
+    model.fit(shifted_input_fn, callbacks=[kte.StopAtStep(steps=12)], verbose=0)
+    np.testing.assert_array_equal(model.variables_by_name["batch_normalization/moving_mean"].numpy(), 0.0)
+    np.testing.assert_array_equal(model.variables_by_name["batch_normalization/moving_variance"].numpy(), 1.0)
+    assert model.global_step == 12
+
+
 def test_batch_norm_moving_statistics_update_in_training_and_serve_eval_and_predict(strategy):
+    """The usual TF1 code: `train_op` under `control_dependencies(UPDATE_OPS)`."""
     model = make_model(bn_model_fn, strategy, batch=64)
     model.fit(shifted_input_fn, callbacks=[kte.StopAtStep(steps=12)], verbose=0)
     variables = {name: v.numpy() for name, v in model.variables_by_name.items()}
