@@ -83,6 +83,21 @@ def check_model_fn(model_fn: Any) -> None:
         )
 
 
+_SCAFFOLD_PARTS = ("init_op", "init_fn", "local_init_op", "ready_op", "saver")
+
+
+def _warn_unused_scaffold_parts(scaffold: Any) -> None:
+    """Warns about the parts of a Scaffold that this library does not run (yet)."""
+    parts = [name for name in _SCAFFOLD_PARTS if getattr(scaffold, name, None) is not None]
+    if parts:
+        _log.warning(
+            "The Scaffold returned by scaffold_fn sets %s, which keras_tpu_estimator does not "
+            "run: variables are initialised by their initializers and init_from_checkpoint. "
+            "Call tf.compat.v1.train.init_from_checkpoint in scaffold_fn to load a checkpoint.",
+            parts,
+        )
+
+
 class ModelFnRunner:
     """Calls, builds, feeds and steps one `model_fn` for one Keras model.
 
@@ -206,11 +221,13 @@ class ModelFnRunner:
             spec = self.call_model_fn(features, labels, mode, mask)
             if isinstance(spec, TPUEstimatorSpec) and spec.scaffold_fn is not None:
                 with self.store.scope():
-                    if spec.scaffold_fn() is None:
-                        raise ValueError(
-                            "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
-                            "Return `tf.compat.v1.train.Scaffold()`."
-                        )
+                    scaffold = spec.scaffold_fn()
+                if scaffold is None:
+                    raise ValueError(
+                        "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
+                        "Return `tf.compat.v1.train.Scaffold()`."
+                    )
+                _warn_unused_scaffold_parts(scaffold)
             summaries = summary_names(graph)
             if summaries:
                 _log.warning(

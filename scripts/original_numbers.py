@@ -282,6 +282,14 @@ def keras_in_model_fn(est: Any) -> dict:
         return {"variables": variables(estimator), "evaluate": evaluate(estimator, program)}
 
 
+def keras_batch_norm(est: Any) -> dict:
+    program = programs.keras_batch_norm_program(est)
+    with model_dir() as path:
+        estimator = programs.build_estimator(est, program, path)
+        train(estimator, program)
+        return {"variables": variables(estimator), "evaluate": evaluate(estimator, program)}
+
+
 def bert_like(est: Any) -> dict:
     with model_dir() as init_dir, model_dir() as path:
         init_checkpoint = programs.write_bert_checkpoint(os.path.join(init_dir, "bert.ckpt"))
@@ -321,6 +329,7 @@ CASES = {
     "METRICS_IN_TRAIN": metrics_in_train,
     "COUNTER": counter,
     "KERAS_IN_MODEL_FN": keras_in_model_fn,
+    "KERAS_BATCH_NORM": keras_batch_norm,
     "BERT_LIKE": bert_like,
 }
 

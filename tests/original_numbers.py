@@ -188,6 +188,23 @@ KERAS_IN_MODEL_FN = {
     },
 }
 
+KERAS_BATCH_NORM = {
+    "evaluate": {"global_step": 6, "loss": 6.05531644821167},
+    "variables": {
+        "batch_normalization/beta": [
+            -0.031010115519165993,
+            0.02092261053621769,
+            -0.021171800792217255,
+        ],
+        "batch_normalization/gamma": [1.1417076587677002, 1.1453505754470825, 1.1096099615097046],
+        "batch_normalization/moving_mean": [0.0, 0.0, 0.0],
+        "batch_normalization/moving_variance": [1.0, 1.0, 1.0],
+        "global_step": 6,
+        "linear/bias": [-0.06896067410707474],
+        "linear/kernel": [[0.6820444464683533], [-0.7052125334739685], [0.6273479461669922]],
+    },
+}
+
 BERT_LIKE = {
     "evaluate": {
         "eval_accuracy": 0.5,

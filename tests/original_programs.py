@@ -474,6 +474,34 @@ def keras_in_model_fn_program(est: Any) -> Program:
     return _regression_program(model_fn, max_steps=4, eval_steps=None)
 
 
+def keras_batch_norm_program(est: Any) -> Program:
+    """A `tf.keras` BatchNormalization in model_fn whose updates nothing fetches.
+
+    In the original's TF1 graph, Keras layers kept their updates in
+    `layer.updates`, not in `UPDATE_OPS`: the moving statistics never moved.
+    Run: train(max_steps=6), evaluate().
+    """
+
+    def model_fn(features, labels, mode, params):
+        normed = tf.keras.layers.BatchNormalization(momentum=0.5)(
+            features["x"] * 2.0 + 3.0, training=mode == est.ModeKeys.TRAIN
+        )
+        predictions = _linear(normed)
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        train_op = None
+        if mode == est.ModeKeys.TRAIN:
+            update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
+            with tf.control_dependencies(update_ops):
+                train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
+                    loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+                )
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    return _regression_program(model_fn, max_steps=6, eval_steps=None)
+
+
 # --- J: bert_like -------------------------------------------------------------------------------
 
 BERT_VOCAB = 10

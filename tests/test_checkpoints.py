@@ -146,3 +146,14 @@ def test_step_log_lines_every_log_step_count_steps(tmp_path, caplog):
     steps = [int(r.getMessage().split("step = ")[1].split()[0]) for r in caplog.records if "step = " in r.getMessage()]
     # ceil(10 / 4) = 3 executions between lines: steps 12 and 24.
     assert steps == [12, 24]
+
+
+def test_scaffold_parts_that_do_not_run_are_named_in_a_warning(caplog):
+    def model_fn(features, labels, mode, params):
+        scaffold = tf.compat.v1.train.Scaffold(init_fn=lambda scaffold, session: None)
+        return models.get_variable_mlp(features, labels, mode, params)._replace(scaffold_fn=lambda: scaffold)
+
+    model = kte.EstimatorModel(model_fn, eval_batch_size=32)
+    with caplog.at_level(logging.WARNING):
+        model.evaluate(models.input_fn, steps=1, verbose=0)
+    assert "sets ['init_fn'], which keras_tpu_estimator does not run" in caplog.text
