@@ -274,20 +274,20 @@ def counter(est: Any) -> dict:
     return result
 
 
-def keras_in_model_fn(est: Any) -> dict:
-    program = programs.keras_in_model_fn_program(est)
+def trained_variables_and_evaluation(est: Any, program: programs.Program) -> dict:
+    """Trains `program`, then returns every checkpoint variable and `evaluate()`'s result."""
     with model_dir() as path:
         estimator = programs.build_estimator(est, program, path)
         train(estimator, program)
         return {"variables": variables(estimator), "evaluate": evaluate(estimator, program)}
+
+
+def keras_in_model_fn(est: Any) -> dict:
+    return trained_variables_and_evaluation(est, programs.keras_in_model_fn_program(est))
 
 
 def keras_batch_norm(est: Any) -> dict:
-    program = programs.keras_batch_norm_program(est)
-    with model_dir() as path:
-        estimator = programs.build_estimator(est, program, path)
-        train(estimator, program)
-        return {"variables": variables(estimator), "evaluate": evaluate(estimator, program)}
+    return trained_variables_and_evaluation(est, programs.keras_batch_norm_program(est))
 
 
 def bert_like(est: Any) -> dict:
