@@ -26,6 +26,8 @@ from tensorflow.python.distribute import distribute_lib as _distribute_lib
 from tensorflow.python.framework import func_graph as _func_graph
 from tensorflow.python.ops import variable_scope as _variable_scope
 
+from keras_tpu_estimator.per_thread import PerThreadCounts, PerThreadList
+
 _TESTED = {"tensorflow": ((2, 16), (2, 21)), "keras": ((3, 0), (3, 15))}
 
 
@@ -95,29 +97,6 @@ def fresh_keras_auto_names() -> Iterator[None]:
         _keras_global_state.set_global_attribute(key, saved)
 
 
-class _PerThreadCounts(dict):
-    """A `defaultdict(int)` whose counts belong to the thread that uses them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_thread: dict[int, collections.defaultdict] = {}
-
-    def _counts(self) -> collections.defaultdict:
-        return self.by_thread.setdefault(threading.get_ident(), collections.defaultdict(int))
-
-    def __getitem__(self, key: Any) -> int:
-        return self._counts()[key]
-
-    def __setitem__(self, key: Any, value: int) -> None:
-        self._counts()[key] = value
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self._counts()
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self._counts().get(key, default)
-
-
 @contextlib.contextmanager
 def fresh_tf_keras_names() -> Iterator[None]:
     """tf_keras auto-names (`sequential`, `dense_1`, ...) restart in this thread inside this scope.
@@ -133,8 +112,8 @@ def fresh_tf_keras_names() -> Iterator[None]:
         return
     graph = tf.compat.v1.get_default_graph()
     counts = backend.PER_GRAPH_OBJECT_NAME_UIDS.get(graph)
-    if not isinstance(counts, _PerThreadCounts):
-        counts = _PerThreadCounts()
+    if not isinstance(counts, PerThreadCounts):
+        counts = PerThreadCounts()
         backend.PER_GRAPH_OBJECT_NAME_UIDS[graph] = counts
     thread = threading.get_ident()
     saved = counts.by_thread.get(thread)
@@ -332,68 +311,6 @@ def patched_attributes(key: str, patches: Callable[[], list]) -> Iterator[None]:
                         setattr(owner, name, value)
 
 
-class _PerThreadCollection(list):
-    """A graph collection whose items are private to the thread that added them.
-
-    Each thread starts from the items present when the collection was
-    installed. The list's own storage stays empty; every accessor reads the
-    calling thread's items.
-    """
-
-    def __init__(self, initial: list):
-        super().__init__()
-        self._initial = list(initial)
-        self._by_thread: dict[int, list] = {}
-
-    def _items(self) -> list:
-        return self._by_thread.setdefault(threading.get_ident(), list(self._initial))
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(list(self._items()))
-
-    def __len__(self) -> int:
-        return len(self._items())
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._items()[index]
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        self._items()[index] = value
-
-    def __delitem__(self, index: Any) -> None:
-        del self._items()[index]
-
-    def __contains__(self, item: Any) -> bool:
-        return item in self._items()
-
-    def __repr__(self) -> str:
-        return repr(self._items())
-
-    def append(self, item: Any) -> None:
-        self._items().append(item)
-
-    def extend(self, items: Any) -> None:
-        self._items().extend(items)
-
-    def insert(self, index: Any, item: Any) -> None:
-        self._items().insert(index, item)
-
-    def remove(self, item: Any) -> None:
-        self._items().remove(item)
-
-    def pop(self, index: Any = -1) -> Any:
-        return self._items().pop(index)
-
-    def clear(self) -> None:
-        self._items().clear()
-
-    def index(self, item: Any, *args: Any) -> int:
-        return self._items().index(item, *args)
-
-    def copy(self) -> list:
-        return list(self._items())
-
-
 @contextlib.contextmanager
 def per_thread_collections(graph: tf.Graph, keys: list[str]) -> Iterator[None]:
     """Makes the graph collections `keys` private to each thread while active.
@@ -405,8 +322,8 @@ def per_thread_collections(graph: tf.Graph, keys: list[str]) -> Iterator[None]:
     collections_by_key = graph._collections
     saved = {key: collections_by_key.get(key) for key in keys}
     for key in keys:
-        if not isinstance(saved[key], _PerThreadCollection):
-            collections_by_key[key] = _PerThreadCollection(saved[key] or [])
+        if not isinstance(saved[key], PerThreadList):
+            collections_by_key[key] = PerThreadList(saved[key] or [])
     try:
         yield
     finally:

@@ -274,8 +274,13 @@ class HostRunner:
             tensors += split_host_call("eval_metrics", spec.eval_metrics)[2]
         return tensors
 
-    def record(self, mode: str, spec: Any, replicas: int, padded: bool) -> list | None:
+    def record(
+        self, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None
+    ) -> list | None:
         """Checks `spec`'s host tensors at build and makes their host functions.
+
+        `rows`: with `padded`, the per-replica batch that tensors without a
+        static row count are padded to on the device (EVAL on the CPU path).
 
         Returns:
             Per-replica `tf.TensorSpec`s of what each step sends to the host
@@ -303,9 +308,12 @@ class HostRunner:
         self._padded[mode] = padded
         if not tensors:
             return None
-        specs = [tf.TensorSpec(t.shape, t.dtype) for t in tensors]
+        specs = [
+            tf.TensorSpec([rows if t.shape[0] is None else t.shape[0], *t.shape[1:]], t.dtype)
+            for t in tensors
+        ]
         if padded:
-            specs.append(tf.TensorSpec([specs[0].shape[0]], tf.float32))
+            specs.append(tf.TensorSpec([rows or specs[0].shape[0]], tf.float32))
         return specs
 
     def _step(self, mode: str, values: list, step_index: int) -> None:

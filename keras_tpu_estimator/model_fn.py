@@ -34,7 +34,6 @@ from keras_tpu_estimator import _compat
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.cross_replica import synchronized_gradients
-from keras_tpu_estimator.fetches import run_fetched
 from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.inputs import (
     call_input_fn,
@@ -44,6 +43,7 @@ from keras_tpu_estimator.inputs import (
     static_batch_size,
 )
 from keras_tpu_estimator.legacy import model_fn_scope, summary_names
+from keras_tpu_estimator.metric_ops import EvalMetricOps
 from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, ModelFn, TPUEstimatorSpec, check_spec
 from keras_tpu_estimator.strategy import TPUContext, num_workers, per_replica_batch_size
@@ -151,8 +151,7 @@ class ModelFnRunner:
         self.host_specs: dict = {}
         self.element_specs: dict = {}
         self.uses_keras_optimizer = False
-        self.eval_metric_names: list[str] = []
-        self._metric_values: Any = None
+        self.metric_ops = EvalMetricOps(None, use_tpu, None)
 
     def params_for(self, mode: str, input_context: Any = None) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `use_tpu`, `context`."""
@@ -242,21 +241,15 @@ class ModelFnRunner:
         # Unpadded EVAL batches (the CPU path) reach the host padded to the batch
         # size with a mask, so every step's host tensors stack (`_host_values`).
         unpadded_eval = mode == ModeKeys.EVAL and mask_spec is None
-        host_specs = self.host.record(
-            mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded_eval
+        rows = self.global_batch[mode] if unpadded_eval else None
+        self.host_specs[mode] = self.host.record(
+            mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded_eval, rows=rows
         )
-        if unpadded_eval and host_specs is not None:
-            rows = self.global_batch[mode]
-            if rows is None:
-                raise ValueError(
-                    "eval_metrics and host_call need a known batch size: the dataset's batch "
-                    "size is not static. Pass `batch_size` (or `eval_batch_size`)."
-                )
-            host_specs = [
-                tf.TensorSpec([rows if s.shape[0] is None else s.shape[0], *s.shape[1:]], s.dtype)
-                for s in host_specs[:-1]
-            ] + [tf.TensorSpec([rows], tf.float32)]
-        self.host_specs[mode] = host_specs
+        if unpadded_eval and rows is None and self.host_specs[mode] is not None:
+            raise ValueError(
+                "eval_metrics and host_call need a known batch size: the dataset's batch "
+                "size is not static. Pass `batch_size` (or `eval_batch_size`)."
+            )
         hooks = {
             ModeKeys.TRAIN: "training_hooks",
             ModeKeys.EVAL: "evaluation_hooks",
@@ -282,52 +275,22 @@ class ModelFnRunner:
                 with self.strategy.scope():
                     self._owner.optimizer.build(self._owner.trainable_variables)
         if mode == ModeKeys.EVAL:
-            self.eval_metric_names = self._check_eval_metric_ops(spec)
+            self.metric_ops = EvalMetricOps(spec, self.use_tpu, self._metric_values_spec)
         self.output_specs[mode] = output_spec
         self._owner.built = True
 
-    def _check_eval_metric_ops(self, spec: Any) -> list[str]:
-        """The names of `EstimatorSpec.eval_metric_ops`, where they can run (not on the TPU path)."""
-        metric_ops = getattr(spec, "eval_metric_ops", None) or {}
-        if metric_ops and self.use_tpu:
-            raise ValueError(
-                "EstimatorSpec.eval_metric_ops cannot run on the TPU path (use_tpu=True), as "
-                "in TPUEstimator. Return TPUEstimatorSpec(eval_metrics=(metric_fn, tensors)), "
-                "or evaluate with use_tpu=False (eval_on_tpu=False)."
+    def _metric_values_spec(self) -> Any:
+        """`model_fn(EVAL)`'s spec on a batch of zeros (for reading metric values)."""
+        features_spec, labels_spec, mask_spec = unpack(self.element_specs[ModeKeys.EVAL])
+
+        def zeros(spec: Any) -> Any:
+            return tf.nest.map_structure(
+                lambda s: tf.zeros([d or 1 for d in s.shape.as_list()], s.dtype), spec
             )
-        for name, pair in metric_ops.items():
-            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-                raise TypeError(
-                    f"eval_metric_ops[{name!r}] must be a (value, update_op) pair, as "
-                    f"tf.compat.v1.metrics return. Received: {pair!r}"
-                )
-        return sorted(metric_ops)
 
-    def eval_metric_values(self) -> dict[str, float]:
-        """The values of `eval_metric_ops` now: what TF1 read after the last update.
-
-        Traces `model_fn(EVAL)` once more and runs only the metrics' value
-        tensors (their update ops are not fetched, so they do not run).
-        """
-        if not self.eval_metric_names:
-            return {}
-        if self._metric_values is None:
-            features_spec, labels_spec, mask_spec = unpack(self.element_specs[ModeKeys.EVAL])
-
-            def zeros(spec: Any) -> Any:
-                return tf.nest.map_structure(
-                    lambda s: tf.zeros([d or 1 for d in s.shape.as_list()], s.dtype), spec
-                )
-
-            def traced() -> dict:
-                labels = None if labels_spec is None else zeros(labels_spec)
-                mask = None if mask_spec is None else zeros(mask_spec)
-                spec = self.call_model_fn(zeros(features_spec), labels, ModeKeys.EVAL, mask)
-                return {name: spec.eval_metric_ops[name][0] for name in self.eval_metric_names}
-
-            self._metric_values = tf.function(lambda: run_fetched(traced), autograph=False)
-        values = self._metric_values()
-        return {name: float(np.asarray(value)) for name, value in values.items()}
+        labels = None if labels_spec is None else zeros(labels_spec)
+        mask = None if mask_spec is None else zeros(mask_spec)
+        return self.call_model_fn(zeros(features_spec), labels, ModeKeys.EVAL, mask)
 
     @staticmethod
     def _prediction_spec(predictions: Any, mask_spec: tf.TensorSpec) -> Any:
@@ -440,8 +403,7 @@ class ModelFnRunner:
         """One replica's evaluation step: the loss weighted by real rows, and host tensors."""
         features, labels, mask = unpack(self._static(ModeKeys.EVAL, data))
         spec = self.call_model_fn(features, labels, ModeKeys.EVAL, mask)
-        updates = [pair[1] for pair in (getattr(spec, "eval_metric_ops", None) or {}).values()]
-        with tf.control_dependencies(updates):
+        with tf.control_dependencies(EvalMetricOps.updates(spec)):
             loss = tf.cast(tf.identity(spec.loss), tf.float32)
         return {
             "loss": loss,

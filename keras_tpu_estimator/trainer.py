@@ -302,7 +302,7 @@ class EstimatorTrainer:
         host.finish(ModeKeys.EVAL)
         if host.metrics is not None:
             logs.update(host.metrics.result())
-        logs.update(self._runner.eval_metric_values())
+        logs.update(self._runner.metric_ops.values())
         callbacks.on_test_end(logs)
         return dict(logs) if return_dict else logs["loss"]
 
