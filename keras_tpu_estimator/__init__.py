@@ -14,6 +14,10 @@ estimator.train(input_fn, max_steps=1000)
 ```
 """
 
+from keras_tpu_estimator.versions import require_tensorflow
+
+require_tensorflow()  # before anything imports it: say which TensorFlow to install
+
 from keras_tpu_estimator import _compat, export
 from keras_tpu_estimator.callbacks import (
     CheckpointSaver,

@@ -1,7 +1,7 @@
 """Every private TensorFlow and Keras symbol this package touches, in one place.
 
-Each shim names the upstream symbol it wraps and the versions it was checked
-on (TensorFlow 2.21, Keras 3.15). If an upgrade moves a symbol, the error
+Each shim names the upstream symbol it wraps; all were checked on the releases
+in `versions.SUPPORTED` (TensorFlow 2.20 and 2.21 in CI). If an upgrade moves a symbol, the error
 raised here names it. Nothing else in the package imports
 `tensorflow.python.*` or reaches into underscore attributes of TF or Keras.
 """
@@ -27,8 +27,7 @@ from tensorflow.python.framework import func_graph as _func_graph
 from tensorflow.python.ops import variable_scope as _variable_scope
 
 from keras_tpu_estimator.per_thread import PerThreadCounts, PerThreadList
-
-_TESTED = {"tensorflow": ((2, 16), (2, 21)), "keras": ((3, 0), (3, 15))}
+from keras_tpu_estimator.versions import SUPPORTED, supported_range
 
 
 def _major_minor(version: str) -> tuple[int, int]:
@@ -37,14 +36,13 @@ def _major_minor(version: str) -> tuple[int, int]:
 
 
 def check_versions() -> None:
-    """Warns when TensorFlow or Keras is outside the range this package was tested on."""
+    """Warns when TensorFlow or Keras is outside the supported range (`versions.SUPPORTED`)."""
     found = {"tensorflow": tf.__version__, "keras": keras.__version__}
-    for name, (low, high) in _TESTED.items():
-        if not low <= _major_minor(found[name]) <= high:
+    for name in SUPPORTED:
+        if not SUPPORTED[name][0] <= _major_minor(found[name]) <= SUPPORTED[name][1]:
             warnings.warn(
-                f"keras_tpu_estimator is tested with {name} "
-                f"{low[0]}.{low[1]}..{high[0]}.{high[1]}; found {found[name]}. "
-                "It relies on private APIs listed in keras_tpu_estimator/_compat.py.",
+                f"keras_tpu_estimator supports {name} {supported_range(name)}; found "
+                f"{found[name]}. It relies on private APIs listed in keras_tpu_estimator/_compat.py.",
                 stacklevel=2,
             )
 

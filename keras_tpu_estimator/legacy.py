@@ -28,6 +28,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.versions import tf_keras_requirement
 
 _state = threading.local()
 
@@ -40,8 +41,8 @@ PER_REPLICA_COLLECTIONS = [
 
 _TF_KERAS_MISSING = (
     "`tf.compat.v1.layers.{name}` needs the `tf_keras` package, where TensorFlow "
-    "moved TF1's layers. Install it with `pip install 'keras-tpu-estimator[tf1]'` "
-    "(or `pip install tf_keras` matching your TensorFlow version)."
+    "moved TF1's layers. Install the release matching your TensorFlow without letting pip "
+    "install another TensorFlow: `pip install --no-deps \"{requirement}\"`."
 )
 
 
@@ -58,7 +59,8 @@ class _LegacyLayers(types.ModuleType):
         try:
             layers = _compat.legacy_tf_layers()
         except ImportError:
-            raise AttributeError(_TF_KERAS_MISSING.format(name=name)) from None
+            message = _TF_KERAS_MISSING.format(name=name, requirement=tf_keras_requirement())
+            raise AttributeError(message) from None
         _collect_updates_in_model_fn()
         if hasattr(layers, name):
             return getattr(layers, name)

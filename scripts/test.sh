@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The test suite: set-up, lint, pytest (CPU only; 4 logical CPU devices), then the
-# multi-process MultiWorkerMirroredStrategy tests as a separate step.
-# Extra arguments go to the first pytest run.
+# multi-process MultiWorkerMirroredStrategy tests, the install check (a tensorflow-cpu venv
+# gets no second TensorFlow) and a reduced suite on the oldest supported TensorFlow, each as
+# a separate step. Extra arguments go to the first pytest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 export TF_CPP_MIN_LOG_LEVEL=2
-.venv/bin/python -m pytest -q -m "not multiworker" "$@"
+.venv/bin/python -m pytest -q -m "not multiworker and not install" "$@"
 .venv/bin/python -m pytest -q -m multiworker
+.venv/bin/python -m pytest -q -m install tests/test_install.py
+bash scripts/test_oldest_tf.sh

@@ -4,7 +4,7 @@ import ast
 import pathlib
 
 LAYERS = {
-    "_compat": 0, "per_thread": 0,
+    "_compat": 0, "per_thread": 0, "versions": 0,
     "spec": 1, "config": 1,
     "strategy": 2, "variables": 2, "inputs": 2, "checkpoints": 2, "legacy": 2, "cross_replica": 2,
     "serving": 2, "fetches": 2,

@@ -1,0 +1,86 @@
+"""Installing never replaces the machine's TensorFlow; the supported range is stated once.
+
+The test marked `install` builds a venv that holds only `tensorflow-cpu` (as
+many CPU machines do; TPU VMs hold `tensorflow-tpu`) and asks pip what
+installing this project would add: no TensorFlow distribution may be in it.
+It needs the package index, so it runs as its own CI step.
+"""
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import venv
+
+import pytest
+import tomllib
+
+from keras_tpu_estimator import versions
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def normalized(name):
+    """A distribution name as PyPI compares them (`tf_keras` is `tf-keras`)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_tensorflow_extras_state_the_supported_range():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (low_major, low_minor), (high_major, high_minor) = versions.SUPPORTED["tensorflow"]
+    bounds = f">={low_major}.{low_minor},<{high_major}.{high_minor + 1}"
+    extras = project["optional-dependencies"]
+    assert extras["cpu"] == [f"tensorflow-cpu{bounds}"]
+    assert extras["gpu"] == [f"tensorflow[and-cuda]{bounds}"]
+    assert extras["tpu"] == [f"tensorflow-tpu{bounds}"]
+    others = [r for name, rs in extras.items() if name not in ("cpu", "gpu", "tpu") for r in rs]
+    assert not [r for r in project["dependencies"] + others if re.match(r"(tensorflow|tf[-_])", r)]
+
+
+def test_without_tensorflow_the_import_error_names_what_to_install():
+    code = "import sys; sys.modules['tensorflow'] = None; import keras_tpu_estimator"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 1
+    assert "ImportError: keras_tpu_estimator needs TensorFlow 2.20-2.21, and none is installed" in run.stderr
+    assert "keras-tpu-estimator[cpu]" in run.stderr and "tensorflow-tpu" in run.stderr
+
+
+def test_tf_keras_requirement_matches_the_installed_tensorflow():
+    import tensorflow as tf
+
+    major, minor = tf.__version__.split(".")[:2]
+    assert versions.tf_keras_requirement() == f"tf_keras=={major}.{minor}.*"
+    assert versions.installed_distributions()  # the one this suite runs on
+
+
+@pytest.mark.install
+def test_a_tensorflow_cpu_machine_gets_no_second_tensorflow(tmp_path):
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = str(env_dir / "bin" / "python")
+
+    def pip(*args):
+        run = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True, timeout=1200)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return run
+
+    pip("install", "--quiet", "tensorflow-cpu==2.21.*")
+    installs = {}
+    for target in (str(ROOT), f"{ROOT}[test]"):
+        report = tmp_path / "report.json"
+        pip("install", "--dry-run", "--quiet", "--report", str(report), target)
+        installs[target] = {normalized(i["metadata"]["name"]) for i in json.loads(report.read_text())["install"]}
+    for names in installs.values():
+        assert "keras-tpu-estimator" in names
+        assert not names & {normalized(d) for d in versions.DISTRIBUTIONS}, names
+    # The TF1 layers, as scripts/setup.sh installs them: the matching tf_keras, nothing else.
+    requirement = subprocess.run(
+        [python, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+         "from keras_tpu_estimator.versions import tf_keras_requirement as r; print(r())", str(ROOT)],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert requirement == "tf_keras==2.21.*"
+    report = tmp_path / "tf_keras.json"
+    pip("install", "--dry-run", "--quiet", "--no-deps", "--report", str(report), requirement)
+    assert [normalized(i["metadata"]["name"]) for i in json.loads(report.read_text())["install"]] == ["tf-keras"]
