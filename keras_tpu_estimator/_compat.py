@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import heapq
 import importlib
 import sys
 import threading
@@ -413,6 +414,40 @@ def _needed_ops(graph: tf.Graph, values: list) -> set:
     return needed
 
 
+def _creation_order_topologically(graph: tf.Graph, needed: set) -> list:
+    """`needed` in creation order, except that an op follows all its inputs.
+
+    Creation order is topological until a gradient rewrites a forward op: a
+    while loop's gradient adds later-made accumulators to the forward `While`'s
+    inputs. Program order is kept wherever the dependencies allow.
+    """
+    order = {op: index for index, op in enumerate(graph.get_operations()) if op in needed}
+
+    def sources(op: tf.Operation) -> set:
+        return {t.op for t in op.inputs if t.op in order} | {c for c in op.control_inputs if c in order}
+
+    waiting = {op: len(sources(op)) for op in order}
+    users: dict = collections.defaultdict(list)
+    for op in order:
+        for source in sources(op):
+            users[source].append(op)
+    ready = [(index, op.name) for op, index in order.items() if waiting[op] == 0]
+    by_name = {op.name: op for op in order}
+    heapq.heapify(ready)
+    result = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        op = by_name[name]
+        result.append(op)
+        for user in users[op]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, (order[user], user.name))
+    if len(result) != len(order):
+        raise ValueError("model_fn's step graph has a cycle; it cannot be run.")
+    return result
+
+
 def copy_needed_ops(graph: tf.Graph, values: list) -> list:
     """Copies the ops of `graph` that `values` need into the current graph; returns the copies.
 
@@ -442,8 +477,8 @@ def copy_needed_ops(graph: tf.Graph, values: list) -> list:
             target._add_function_recursive(function)
     tensors = {internal.ref(): external for external, internal in graph.captures}
     copies: dict = {}
-    for op in graph.get_operations():
-        if op not in needed or (op.outputs and op.outputs[0].ref() in tensors):
+    for op in _creation_order_topologically(graph, needed):
+        if op.outputs and op.outputs[0].ref() in tensors:
             continue
         missing = [t for t in op.inputs if t.ref() not in tensors]
         if missing:
