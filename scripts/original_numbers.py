@@ -121,6 +121,15 @@ def captured_logs() -> Iterator[list[logging.LogRecord]]:
         logger.handlers[:] = saved[1]
 
 
+@contextlib.contextmanager
+def trained(est: Any, program: programs.Program) -> Iterator[tuple[Any, str]]:
+    """`(estimator, model_dir)` after `program`'s training, in a temporary model_dir."""
+    with model_dir() as path:
+        estimator = programs.build_estimator(est, program, path)
+        train(estimator, program)
+        yield estimator, path
+
+
 def train(estimator: Any, program: programs.Program, max_steps: int | None = None) -> None:
     estimator.train(program.train_input_fn, max_steps=max_steps or program.max_steps)
 
@@ -177,26 +186,22 @@ def init_from_checkpoint(est: Any) -> dict:
 
 def unfetched_train_op(est: Any) -> dict:
     program = programs.unfetched_train_op_program(est)
-    with model_dir() as path:
-        estimator = programs.build_estimator(est, program, path)
-        train(estimator, program)
-        trained = variables(estimator)
+    with trained(est, program) as (estimator, path):
+        after_training = variables(estimator)
         evaluations = [evaluate(estimator, program) for _ in range(3)]
         result = {
             "evaluate": evaluations,
             "predictions": predict(estimator, program),
-            "variables": trained,
+            "variables": after_training,
         }
-        assert variables(estimator) == trained
+        assert variables(estimator) == after_training
     assert evaluations[0] == evaluations[1] == evaluations[2], evaluations
     return result
 
 
 def eval_metrics(est: Any) -> dict:
     program = programs.eval_metrics_program(est)
-    with model_dir() as path:
-        estimator = programs.build_estimator(est, program, path)
-        train(estimator, program)
+    with trained(est, program) as (estimator, path):
         return {"evaluate": evaluate(estimator, program), "eval_events": eval_events(path)}
 
 
@@ -218,17 +223,13 @@ def no_checkpoint(est: Any) -> dict:
 
 def eval_metric_ops_cpu(est: Any) -> dict:
     program = programs.eval_metric_ops_program(est)
-    with model_dir() as path:
-        estimator = programs.build_estimator(est, program, path)
-        train(estimator, program)
+    with trained(est, program) as (estimator, path):
         return {"evaluate": evaluate(estimator, program)}
 
 
 def partial_eval_loss(est: Any) -> dict:
     program = programs.partial_eval_loss_program(est)
-    with model_dir() as path:
-        estimator = programs.build_estimator(est, program, path)
-        train(estimator, program)
+    with trained(est, program) as (estimator, path):
         weights = variables(estimator, ["linear/bias", "linear/kernel"])
         result = {"evaluate": evaluate(estimator, program), "variables": weights}
     x, y = programs.partial_eval_data()
@@ -262,9 +263,7 @@ def metrics_in_train(est: Any) -> dict:
 def counter(est: Any) -> dict:
     program = programs.counter_program(est)
     names = ["c", "d", "global_step"]
-    with model_dir() as path:
-        estimator = programs.build_estimator(est, program, path)
-        train(estimator, program)
+    with trained(est, program) as (estimator, path):
         result = {"after_train": variables(estimator, names)}
         result["evaluate"] = evaluate(estimator, program)
         result["after_evaluate"] = variables(estimator, names)
@@ -276,9 +275,7 @@ def counter(est: Any) -> dict:
 
 def trained_variables_and_evaluation(est: Any, program: programs.Program) -> dict:
     """Trains `program`, then returns every checkpoint variable and `evaluate()`'s result."""
-    with model_dir() as path:
-        estimator = programs.build_estimator(est, program, path)
-        train(estimator, program)
+    with trained(est, program) as (estimator, path):
         return {"variables": variables(estimator), "evaluate": evaluate(estimator, program)}
 
 
