@@ -34,7 +34,8 @@ ReplicaStep = Callable[[Any], dict]
 """Runs in replica context on one batch; returns `{"loss", "weight", "outputs", "host"}`.
 
 `loss` is the replica's scalar loss and `weight` the number of real rows it
-covers; `outputs` and `host` are optional.
+covers; `outputs` and `host` are optional, and a `replica_tail` may take
+further entries (the Keras optimizer's `gradients`) and return the rest.
 """
 
 
@@ -192,6 +193,7 @@ def make_loop_function(
             one_step,
             [tf.constant(0), tf.constant(False), (tf.constant(0.0), tf.constant(0.0)), arrays],
         )
+
         def gathered(array: tf.TensorArray, spec: tf.TensorSpec, stack: bool) -> tf.Tensor:
             # An execution that found the input ended has nothing to stack.
             empty = [0] * (1 + stack) + [d or 0 for d in spec.shape[1:]]

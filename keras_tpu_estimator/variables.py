@@ -103,7 +103,7 @@ class VariableStore:
     def creating(self) -> Iterator[None]:
         """Allows new variables while active (the build of one mode)."""
         self._creation_allowed = True
-        self._stand_ins: dict[int, Any] = {}
+        self._stand_ins = {}
         try:
             yield
         finally:
