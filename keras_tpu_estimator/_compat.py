@@ -26,6 +26,7 @@ from keras.src.backend.common import name_scope as _keras_name_scope
 from tensorflow.python.distribute import distribute_lib as _distribute_lib
 from tensorflow.python.framework import func_graph as _func_graph
 from tensorflow.python.ops import variable_scope as _variable_scope
+from tensorflow.python.training import moving_averages as _moving_averages
 
 from keras_tpu_estimator.per_thread import PerThreadCounts, PerThreadList
 from keras_tpu_estimator.versions import SUPPORTED, supported_range
@@ -78,6 +79,32 @@ def default_replica_graph(name: str) -> Iterator[tf.Graph]:
     with graph.as_default():
         graph._distribution_strategy_stack = []
         yield graph
+
+
+@contextlib.contextmanager
+def moving_averages_on_first_component(strategy: tf.distribute.Strategy) -> Iterator[None]:
+    """While active, `assign_moving_average` updates a distributed variable's first component.
+
+    For the build graph, which traces in no replica context: there TF's
+    cross-replica update indexes a distributed variable by itself
+    (`ExponentialMovingAverage.apply` raised "tuple indices must be integers
+    ..., not MirroredVariable"). Nothing in the build graph runs, so the first
+    component (of the average and of the averaged variable) serves. Patches
+    `tensorflow.python.training.moving_averages.assign_moving_average`.
+    """
+    original = _moving_averages.assign_moving_average
+
+    def first(value: Any) -> Any:
+        return strategy.experimental_local_results(value)[0] if isinstance(value, tf.Variable) else value
+
+    def on_first_component(variable: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(first(variable), first(value), *args, **kwargs)
+
+    _moving_averages.assign_moving_average = on_first_component
+    try:
+        yield
+    finally:
+        _moving_averages.assign_moving_average = original
 
 
 @contextlib.contextmanager

@@ -214,6 +214,7 @@ class ModelFnRunner:
             stack.enter_context(self.store.creating())
             graph = stack.enter_context(_compat.default_replica_graph(f"build_{mode}"))
             stack.enter_context(_compat.recording_init_from_checkpoint(init_calls))
+            stack.enter_context(_compat.moving_averages_on_first_component(self.strategy))
             features = placeholders(features_spec)
             labels = None if labels_spec is None else placeholders(labels_spec)
             mask = None if mask_spec is None else placeholders(mask_spec)

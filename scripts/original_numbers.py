@@ -287,6 +287,10 @@ def keras_batch_norm(est: Any) -> dict:
     return trained_variables_and_evaluation(est, programs.keras_batch_norm_program(est))
 
 
+def moving_average(est: Any) -> dict:
+    return trained_variables_and_evaluation(est, programs.moving_average_program(est))
+
+
 def bert_like(est: Any) -> dict:
     with model_dir() as init_dir, model_dir() as path:
         init_checkpoint = programs.write_bert_checkpoint(os.path.join(init_dir, "bert.ckpt"))
@@ -327,6 +331,7 @@ CASES = {
     "COUNTER": counter,
     "KERAS_IN_MODEL_FN": keras_in_model_fn,
     "KERAS_BATCH_NORM": keras_batch_norm,
+    "MOVING_AVERAGE": moving_average,
     "BERT_LIKE": bert_like,
 }
 

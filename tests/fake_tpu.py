@@ -111,6 +111,19 @@ def unfetched_ops_model_fn(features, labels, mode, params):
     return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op if mode == kte.ModeKeys.TRAIN else None)
 
 
+def moving_average_model_fn(features, labels, mode, params):
+    """ResNet/EfficientNet style: an ExponentialMovingAverage of the weights after each step."""
+    output = tf.compat.v1.layers.dense(features["x"], 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, output)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    minimize = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
+    with tf.control_dependencies([minimize]):
+        train_op = tf.compat.v1.train.ExponentialMovingAverage(0.5).apply(
+            tf.compat.v1.trainable_variables()
+        )
+    return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
 def node_names(concrete_function):
     graph_def = concrete_function.graph.as_graph_def()
     nodes = list(graph_def.node)
@@ -152,6 +165,13 @@ def main():
             "ResourceApplyAdam": sum(op == "ResourceApplyAdam" for _, op in nodes),
             "TPUReplicateMetadata": sum(op == "TPUReplicateMetadata" for _, op in nodes),
         }
+    averaged = make_model(model_fn=moving_average_model_fn)
+    nodes = node_names(averaged.trace(input_fn))
+    report["moving_average"] = {
+        "names": sorted(n for n in averaged.variables_by_name if "ExponentialMovingAverage" in n),
+        "AssignMovingAvg": sum("AssignMovingAvg" in name for name, _ in nodes),
+        "TPUReplicateMetadata": sum(op == "TPUReplicateMetadata" for _, op in nodes),
+    }
     dynamic = make_model(params={"drop_remainder": False})
     try:
         dynamic.trace(input_fn)

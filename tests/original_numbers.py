@@ -205,6 +205,21 @@ KERAS_BATCH_NORM = {
     },
 }
 
+MOVING_AVERAGE = {
+    "evaluate": {"global_step": 5, "loss": 1.7972368001937866},
+    "variables": {
+        "global_step": 5,
+        "linear/bias": [-0.004577949643135071],
+        "linear/bias/ExponentialMovingAverage": [0.0011488581076264381],
+        "linear/kernel": [[0.8017796277999878], [-0.659248948097229], [0.6335896253585815]],
+        "linear/kernel/ExponentialMovingAverage": [
+            [0.6476240158081055],
+            [-0.5068892240524292],
+            [0.5379032492637634],
+        ],
+    },
+}
+
 BERT_LIKE = {
     "evaluate": {
         "eval_accuracy": 0.5,

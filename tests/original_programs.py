@@ -502,6 +502,29 @@ def keras_batch_norm_program(est: Any) -> Program:
     return _regression_program(model_fn, max_steps=6, eval_steps=None)
 
 
+def moving_average_program(est: Any) -> Program:
+    """`ExponentialMovingAverage.apply` run after each SGD step, as ResNet/EfficientNet TPU code does.
+
+    Run: train(max_steps=5), evaluate().
+    """
+
+    def model_fn(features, labels, mode, params):
+        predictions = _linear(features["x"])
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        train_op = None
+        if mode == est.ModeKeys.TRAIN:
+            step = tf.compat.v1.train.get_or_create_global_step()
+            minimize = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(loss, step)
+            ema = tf.compat.v1.train.ExponentialMovingAverage(decay=0.5)
+            with tf.control_dependencies([minimize]):
+                train_op = ema.apply(tf.compat.v1.trainable_variables())
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    return _regression_program(model_fn, max_steps=5, eval_steps=None)
+
+
 # --- J: bert_like -------------------------------------------------------------------------------
 
 BERT_VOCAB = 10

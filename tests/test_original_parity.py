@@ -240,6 +240,17 @@ def test_keras_batch_norm_updates_run_only_if_fetched_as_in_the_original(strateg
     assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"], rtol=1e-5)
 
 
+def test_exponential_moving_average_equals_the_original(path, tmp_path):
+    """ResNet/EfficientNet-style EMA in train_op: the shadow variables train as the original's."""
+    program = programs.moving_average_program(kte)
+    expected = original.MOVING_AVERAGE
+    est = trained(program, tmp_path, path)
+    assert est.get_variable_names() == sorted(expected["variables"])
+    for name, value in expected["variables"].items():
+        assert_close(est.get_variable_value(name), value, rtol=1e-5)
+    assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"], rtol=1e-5)
+
+
 def test_bert_like_program_equals_the_original_and_a_session_loop(tmp_path):
     ckpt = programs.write_bert_checkpoint(str(tmp_path / "init" / "bert.ckpt"))
     program = programs.bert_like_program(kte, ckpt)

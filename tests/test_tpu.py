@@ -50,6 +50,13 @@ def test_only_fetched_ops_are_in_the_tpu_program(report, mode):
     assert (counts["fetched_counter"] > 0) == training  # wired into train_op by control_dependencies
 
 
+def test_an_exponential_moving_average_builds_and_traces(report):
+    averaged = report["moving_average"]
+    assert averaged["names"] == ["dense/bias/ExponentialMovingAverage", "dense/kernel/ExponentialMovingAverage"]
+    assert averaged["TPUReplicateMetadata"] == 1
+    assert averaged["AssignMovingAvg"] > 0  # the averages are in the TPU program, fetched by train_op
+
+
 def test_running_needs_a_real_tpu(report):
     assert "No OpKernel was registered to support Op 'TPUReplicated" in report["fit"]
 
