@@ -216,14 +216,19 @@ def test_tf1_metrics_in_a_training_model_fn(fetch_metric, strategy, tmp_path):
         assert_close(est.get_variable_value(name), value)
 
 
+def trained_like_the_original(est, program, expected):
+    """Every variable of `expected["variables"]` and `evaluate()` equal the original's."""
+    for name, value in expected["variables"].items():
+        assert_close(est.get_variable_value(name), value, rtol=1e-5)
+    assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"], rtol=1e-5)
+
+
 def test_a_keras_model_built_in_model_fn_keeps_its_names(strategy, tmp_path):
     program = programs.keras_in_model_fn_program(kte)
     expected = original.KERAS_IN_MODEL_FN
     est = trained(program, tmp_path, strategy)
     assert est.get_variable_names() == sorted(expected["variables"])
-    for name, value in expected["variables"].items():
-        assert_close(est.get_variable_value(name), value, rtol=1e-5)
-    assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"], rtol=1e-5)
+    trained_like_the_original(est, program, expected)
 
 
 def test_keras_batch_norm_updates_run_only_if_fetched_as_in_the_original(strategy, tmp_path):
@@ -235,9 +240,7 @@ def test_keras_batch_norm_updates_run_only_if_fetched_as_in_the_original(strateg
         assert_close(est.get_variable_value(name), expected["variables"][name])
     if strategy.num_replicas_in_sync > 1:
         return  # batch statistics per replica (1 row each here), as per TPU core: other numbers
-    for name, value in expected["variables"].items():
-        assert_close(est.get_variable_value(name), value, rtol=1e-5)
-    assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"], rtol=1e-5)
+    trained_like_the_original(est, program, expected)
 
 
 def test_exponential_moving_average_equals_the_original(path, tmp_path):
@@ -246,9 +249,7 @@ def test_exponential_moving_average_equals_the_original(path, tmp_path):
     expected = original.MOVING_AVERAGE
     est = trained(program, tmp_path, path)
     assert est.get_variable_names() == sorted(expected["variables"])
-    for name, value in expected["variables"].items():
-        assert_close(est.get_variable_value(name), value, rtol=1e-5)
-    assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"], rtol=1e-5)
+    trained_like_the_original(est, program, expected)
 
 
 def test_bert_like_program_equals_the_original_and_a_session_loop(tmp_path):
