@@ -25,6 +25,7 @@ from keras.src.backend.common import global_state as _keras_global_state
 from keras.src.backend.common import name_scope as _keras_name_scope
 from tensorflow.python.distribute import distribute_lib as _distribute_lib
 from tensorflow.python.framework import func_graph as _func_graph
+from tensorflow.python.ops import handle_data_util as _handle_data_util
 from tensorflow.python.ops import variable_scope as _variable_scope
 from tensorflow.python.training import moving_averages as _moving_averages
 
@@ -448,28 +449,26 @@ def _creation_order_topologically(graph: tf.Graph, needed: set) -> list:
     while loop's gradient adds later-made accumulators to the forward `While`'s
     inputs. Program order is kept wherever the dependencies allow.
     """
-    order = {op: index for index, op in enumerate(graph.get_operations()) if op in needed}
+    created = [op for op in graph.get_operations() if op in needed]
+    order = {op: index for index, op in enumerate(created)}
 
     def sources(op: tf.Operation) -> set:
         return {t.op for t in op.inputs if t.op in order} | {c for c in op.control_inputs if c in order}
 
-    waiting = {op: len(sources(op)) for op in order}
+    waiting = {op: len(sources(op)) for op in created}
     users: dict = collections.defaultdict(list)
-    for op in order:
+    for op in created:
         for source in sources(op):
             users[source].append(op)
-    ready = [(index, op.name) for op, index in order.items() if waiting[op] == 0]
-    by_name = {op.name: op for op in order}
-    heapq.heapify(ready)
+    ready = [order[op] for op in created if waiting[op] == 0]  # already a heap: ascending
     result = []
     while ready:
-        _, name = heapq.heappop(ready)
-        op = by_name[name]
+        op = created[heapq.heappop(ready)]
         result.append(op)
         for user in users[op]:
             waiting[user] -= 1
             if waiting[user] == 0:
-                heapq.heappush(ready, (order[user], user.name))
+                heapq.heappush(ready, order[user])
     if len(result) != len(order):
         raise ValueError("model_fn's step graph has a cycle; it cannot be run.")
     return result
@@ -478,8 +477,8 @@ def _creation_order_topologically(graph: tf.Graph, needed: set) -> list:
 def copy_needed_ops(graph: tf.Graph, values: list) -> list:
     """Copies the ops of `graph` that `values` need into the current graph; returns the copies.
 
-    `graph` is a `scratch_graph`. Ops are copied in their creation order (a
-    topological order), with their device, attributes but colocation, static
+    `graph` is a `scratch_graph`. Ops are copied in creation order as far as
+    their dependencies allow, with their device, attributes but colocation, static
     shapes and resource handle data; captured placeholders become the outer
     tensors they stand for (`FuncGraph.captures`), and the functions that
     control flow ops call are added to the current graph
@@ -487,8 +486,6 @@ def copy_needed_ops(graph: tf.Graph, values: list) -> list:
     `Graph._create_op_internal`, `handle_data_util.copy_handle_data`).
     Values that are not of `graph` are returned as they are.
     """
-    from tensorflow.python.ops import handle_data_util
-
     if graph.deferred_external_captures:
         raise NotImplementedError(
             "model_fn captured a value that is only known when the step runs "
@@ -531,7 +528,7 @@ def copy_needed_ops(graph: tf.Graph, values: list) -> list:
         for old, new in zip(op.outputs, copy.outputs, strict=True):
             new.set_shape(old.shape)
             if old.dtype in (tf.resource, tf.variant):
-                handle_data_util.copy_handle_data(old, new)
+                _handle_data_util.copy_handle_data(old, new)
             tensors[old.ref()] = new
         copies[op] = copy
     result = []

@@ -230,29 +230,29 @@ class TPUEstimator:
         """The value of variable `name` in the latest checkpoint."""
         return tf.train.load_variable(self._require_checkpoint(), name)
 
+    def _checkpoint(self, checkpoint_path: str | None) -> str | None:
+        """`checkpoint_path` resolved, else the latest checkpoint in `model_dir`, else None."""
+        return resolve_checkpoint_path(checkpoint_path) if checkpoint_path else self.latest_checkpoint()
+
     def _require_checkpoint(self, checkpoint_path: str | None = None) -> str:
-        if checkpoint_path:
-            return resolve_checkpoint_path(checkpoint_path)
-        latest = self.latest_checkpoint()
-        if latest is None:
+        path = self._checkpoint(checkpoint_path)
+        if path is None:
             raise ValueError(
                 f"Could not find a trained model in model_dir: {self.model_dir}. "
                 "Call train() first, or pass checkpoint_path."
             )
-        return latest
+        return path
 
     def _checkpoint_or_initialization(self, checkpoint_path: str | None, action: str) -> str | None:
         """The checkpoint to restore; None (with the original's log line) to run on initial values."""
-        if checkpoint_path:
-            return resolve_checkpoint_path(checkpoint_path)
-        latest = self.latest_checkpoint()
-        if latest is None:
+        path = self._checkpoint(checkpoint_path)
+        if path is None:
             _log.warning(
                 "Could not find trained model in model_dir: %s, running initialization to %s.",
                 self.model_dir,
                 action,
             )
-        return latest
+        return path
 
     # ------------------------------------------------------------------ modes
     def _model(self, use_tpu: bool) -> EstimatorModel:
@@ -354,7 +354,7 @@ class TPUEstimator:
         path = self._checkpoint_or_initialization(checkpoint_path, "evaluate")
         model = self._model(self._use_tpu and self._eval_on_tpu)
         callbacks = [
-            _RestoreOrWarmStart(path, None if path else self._warm_start),
+            _RestoreOrWarmStart(path, self._warm_start),
             *check_hooks("hooks", hooks),
         ]
         logs = model.evaluate(input_fn, steps=steps, callbacks=callbacks, verbose=0, return_dict=True)
@@ -400,7 +400,7 @@ class TPUEstimator:
         path = self._checkpoint_or_initialization(checkpoint_path, "predict")
         model = self._model(self._use_tpu)
         callbacks = [
-            _RestoreOrWarmStart(path, None if path else self._warm_start),
+            _RestoreOrWarmStart(path, self._warm_start),
             *check_hooks("hooks", hooks),
         ]
         keys = None
