@@ -358,11 +358,6 @@ class TPUEstimator:
             *check_hooks("hooks", hooks),
         ]
         logs = model.evaluate(input_fn, steps=steps, callbacks=callbacks, verbose=0, return_dict=True)
-        if "global_step" in logs:
-            raise ValueError(
-                "Metric with name `global_step` is not allowed, because Estimator already "
-                "defines a default metric with the same name. Rename the metric."
-            )
         step = model.global_step
         if is_chief(model.distribute_strategy):
             logdir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")

@@ -300,9 +300,15 @@ class EstimatorTrainer:
         if done == 0:
             raise ValueError("evaluate() ran no steps: the input is empty.")
         host.finish(ModeKeys.EVAL)
-        if host.metrics is not None:
-            logs.update(host.metrics.result())
-        logs.update(self._runner.metric_ops.values())
+        metrics = dict(host.metrics.result()) if host.metrics is not None else {}
+        metrics.update(self._runner.metric_ops.values())
+        for name, quote in (("loss", '"'), ("global_step", "`")):
+            if name in metrics:  # the original's check: a silent overwrite otherwise
+                raise ValueError(
+                    f"Metric with name {quote}{name}{quote} is not allowed, because Estimator "
+                    "already defines a default metric with the same name. Rename the metric."
+                )
+        logs.update(metrics)
         callbacks.on_test_end(logs)
         return dict(logs) if return_dict else logs["loss"]
 

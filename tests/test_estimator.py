@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 
 import keras
 import numpy as np
@@ -244,3 +245,24 @@ def test_save_checkpoints_secs_saves_at_execution_boundaries(tmp_path):
          keep_checkpoint_max=None).train(models.input_fn, steps=12)
     assert saved_steps(tmp_path) == [4, 8, 12]
     assert kte.checkpoint_step(tf.train.latest_checkpoint(str(tmp_path))) == 12
+
+
+@pytest.mark.parametrize("name, text", [
+    ("loss", 'Metric with name "loss" is not allowed, because Estimator already defines a default metric'),
+    ("global_step", "Metric with name `global_step` is not allowed, because Estimator already defines"),
+])
+def test_a_metric_named_like_a_default_one_is_the_originals_error(name, text, tmp_path):
+    """The original's ValueError (Estimator._evaluate_build_graph), not a silent overwrite."""
+
+    def model_fn(features, labels, mode, params):
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        if mode != kte.ModeKeys.EVAL:
+            return spec
+        metric_fn = lambda y, p: {name: tf.compat.v1.metrics.mean_absolute_error(y, p)}  # noqa: E731
+        return spec._replace(eval_metrics=(metric_fn, [labels, spec.loss * tf.ones_like(labels)]))
+
+    config = kte.RunConfig(model_dir=str(tmp_path))
+    estimator = kte.TPUEstimator(model_fn, config=config, params={"optimizer": "sgd"},
+                                 train_batch_size=16, eval_batch_size=16)
+    with pytest.raises(ValueError, match=re.escape(text)):
+        estimator.evaluate(models.input_fn, steps=1)
