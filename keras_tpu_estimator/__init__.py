@@ -34,13 +34,15 @@ from keras_tpu_estimator.config import (
     TPUConfig,
     parse_iterations_per_loop,
 )
-from keras_tpu_estimator.estimator import ExportSavedModelApiVersion, TPUEstimator
+from keras_tpu_estimator.tpu_estimator import ExportSavedModelApiVersion, TPUEstimator
 from keras_tpu_estimator.legacy import UnsupportedInModelFnError, legacy_layers
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.padding import padding_mask
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
 from keras_tpu_estimator.strategy import TPUContext, resolve_strategy
 from keras_tpu_estimator.variables import NewVariableAfterBuildError
+
+from keras_tpu_estimator import estimator  # noqa: E402  (the tf.compat.v1.estimator namespace)
 
 _compat.check_versions()
 
@@ -67,6 +69,7 @@ __all__ = [
     "UnsupportedInModelFnError",
     "WarmStartSettings",
     "checkpoint_step",
+    "estimator",
     "export",
     "legacy_layers",
     "padding_mask",

@@ -161,7 +161,24 @@ def build_raw_serving_input_receiver_fn(
     return serving_input_receiver_fn
 
 
-class PredictOutput:
+class ExportOutput:
+    """Base of the export outputs: a signature built from tensors by `as_signature_def`.
+
+    Example:
+
+    ```python
+    isinstance(PredictOutput({"y": y}), ExportOutput)  # True
+    ```
+    """
+
+    outputs: dict
+
+    def as_signature_def(self, receiver_tensors: dict) -> Any:
+        """The SignatureDef of these outputs for `receiver_tensors`."""
+        raise NotImplementedError
+
+
+class PredictOutput(ExportOutput):
     """A `predict` signature: `outputs` (a tensor or dict of tensors) by name.
 
     Example:
@@ -179,7 +196,7 @@ class PredictOutput:
         return tf.compat.v1.saved_model.predict_signature_def(receiver_tensors, self.outputs)
 
 
-class ClassificationOutput:
+class ClassificationOutput(ExportOutput):
     """A `classify` signature with `scores` and/or `classes` (string) for one `examples` input.
 
     With inputs other than one string tensor it is written as a `predict`
@@ -210,7 +227,7 @@ class ClassificationOutput:
         return tf.compat.v1.saved_model.predict_signature_def(receiver_tensors, self.outputs)
 
 
-class RegressionOutput:
+class RegressionOutput(ExportOutput):
     """A `regress` signature with one `value` for one `examples` input (else `predict`).
 
     Example:

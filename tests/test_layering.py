@@ -12,15 +12,21 @@ LAYERS = {
     "model_fn": 4,
     "trainer": 5, "model": 5,
     "callbacks": 6,
-    "estimator": 7,
+    "tpu_estimator": 7,
+    "estimator": 8,  # the package laid out like tf.compat.v1.estimator
 }
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_tpu_estimator"
 
 
+def _sources(name: str) -> list[pathlib.Path]:
+    module = PACKAGE / f"{name}.py"
+    return [module] if module.exists() else sorted((PACKAGE / name).rglob("*.py"))
+
+
 def test_no_module_imports_a_higher_layer():
     for name, layer in LAYERS.items():
-        tree = ast.parse((PACKAGE / f"{name}.py").read_text())
-        for node in ast.walk(tree):
+        trees = [ast.parse(source.read_text()) for source in _sources(name)]
+        for node in (node for tree in trees for node in ast.walk(tree)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_tpu_estimator"):
                 targets = [node.module.split(".")[1]] if "." in node.module else [a.name for a in node.names]
                 for target in targets:
@@ -29,4 +35,5 @@ def test_no_module_imports_a_higher_layer():
 
 def test_every_module_is_placed_in_a_layer():
     modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    modules |= {p.parent.name for p in PACKAGE.glob("*/__init__.py")} - {"examples"}
     assert modules == set(LAYERS)

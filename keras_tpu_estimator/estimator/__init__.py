@@ -1,0 +1,83 @@
+"""`tf.compat.v1.estimator` as far as TPUEstimator programs use it: migrate with one import.
+
+Replace the program's estimator namespace with this module and keep every
+other line:
+
+```python
+from keras_tpu_estimator import estimator as tf_estimator  # was: tf_estimator = tf.compat.v1.estimator
+
+config = tf_estimator.tpu.RunConfig(model_dir="/tmp/m",
+                                    tpu_config=tf_estimator.tpu.TPUConfig(iterations_per_loop=100))
+estimator = tf_estimator.tpu.TPUEstimator(model_fn, config=config, train_batch_size=64)
+if mode == tf_estimator.ModeKeys.TRAIN: ...
+```
+
+The session-hook names (`LoggingTensorHook`, `SessionRunHook`, ...) are
+TensorFlow's own `tf.compat.v1.train` classes, as in the original namespace.
+Names of the plain Estimator that TPUEstimator programs do not need (canned
+estimators, heads, `train_and_evaluate`) raise an AttributeError that says so.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_tpu_estimator.checkpoints import WarmStartSettings
+from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.estimator import export, tpu
+from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys
+
+_train = tf.compat.v1.train
+CheckpointSaverHook = _train.CheckpointSaverHook
+CheckpointSaverListener = _train.CheckpointSaverListener
+FeedFnHook = _train.FeedFnHook
+FinalOpsHook = _train.FinalOpsHook
+GlobalStepWaiterHook = _train.GlobalStepWaiterHook
+LoggingTensorHook = _train.LoggingTensorHook
+NanLossDuringTrainingError = _train.NanLossDuringTrainingError
+NanTensorHook = _train.NanTensorHook
+ProfilerHook = _train.ProfilerHook
+SecondOrStepTimer = _train.SecondOrStepTimer
+SessionRunArgs = _train.SessionRunArgs
+SessionRunContext = _train.SessionRunContext
+SessionRunHook = _train.SessionRunHook
+SessionRunValues = _train.SessionRunValues
+StepCounterHook = _train.StepCounterHook
+StopAtStepHook = _train.StopAtStepHook
+SummarySaverHook = _train.SummarySaverHook
+
+__all__ = [
+    "CheckpointSaverHook",
+    "CheckpointSaverListener",
+    "EstimatorSpec",
+    "FeedFnHook",
+    "FinalOpsHook",
+    "GlobalStepWaiterHook",
+    "LoggingTensorHook",
+    "ModeKeys",
+    "NanLossDuringTrainingError",
+    "NanTensorHook",
+    "ProfilerHook",
+    "RunConfig",
+    "SecondOrStepTimer",
+    "SessionRunArgs",
+    "SessionRunContext",
+    "SessionRunHook",
+    "SessionRunValues",
+    "StepCounterHook",
+    "StopAtStepHook",
+    "SummarySaverHook",
+    "WarmStartSettings",
+    "export",
+    "tpu",
+]
+
+
+def __getattr__(name: str) -> None:
+    raise AttributeError(
+        f"tf.estimator.{name} is not provided by keras_tpu_estimator.estimator, which covers what "
+        "TPUEstimator programs use (tpu.*, ModeKeys, EstimatorSpec, RunConfig, WarmStartSettings, "
+        "export.* and the session-hook names). Canned estimators, heads and train_and_evaluate "
+        "are not part of it: call TPUEstimator.train and .evaluate, or use keras_tpu_estimator."
+        "EstimatorModel with model.fit."
+    )
