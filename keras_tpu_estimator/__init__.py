@@ -18,7 +18,11 @@ from keras_tpu_estimator.versions import require_tensorflow
 
 require_tensorflow()  # before anything imports it: say which TensorFlow to install
 
-from keras_tpu_estimator import _compat, export
+from keras_tpu_estimator import (
+    _compat,
+    estimator,  # the tf.compat.v1.estimator namespace
+    export,
+)
 from keras_tpu_estimator.callbacks import (
     CheckpointSaver,
     SavedModelExporter,
@@ -34,15 +38,13 @@ from keras_tpu_estimator.config import (
     TPUConfig,
     parse_iterations_per_loop,
 )
-from keras_tpu_estimator.tpu_estimator import ExportSavedModelApiVersion, TPUEstimator
 from keras_tpu_estimator.legacy import UnsupportedInModelFnError, legacy_layers
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.padding import padding_mask
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
 from keras_tpu_estimator.strategy import TPUContext, resolve_strategy
+from keras_tpu_estimator.tpu_estimator import ExportSavedModelApiVersion, TPUEstimator
 from keras_tpu_estimator.variables import NewVariableAfterBuildError
-
-from keras_tpu_estimator import estimator  # noqa: E402  (the tf.compat.v1.estimator namespace)
 
 _compat.check_versions()
 

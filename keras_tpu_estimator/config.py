@@ -9,8 +9,12 @@ documented as ignored.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 from typing import Any, NamedTuple
+
+import numpy as np
 
 
 class InputPipelineConfig:
@@ -42,35 +46,48 @@ class IterationsPerLoop(NamedTuple):
     unit: str
 
 
+_ITERATIONS_PER_LOOP = re.compile(r"(?P<value>[1-9]\d*)(?P<unit>[smh]?)")
 _TIME_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
 def parse_iterations_per_loop(value: int | str) -> IterationsPerLoop:
-    """Parses `iterations_per_loop`: a positive count, or a duration such as `"30s"`, `"2m"`, `"1h"`.
+    """Parses `iterations_per_loop` as the original did: `N` steps, or `"Ns"`, `"Nm"`, `"Nh"`.
+
+    `N` is a positive integer without leading zeros; the value is read
+    through `str()`, so `5` and `"5"` are the same and `2.5` or `True` are errors.
 
     Example:
 
-    >>> parse_iterations_per_loop("30s")
-    IterationsPerLoop(value=30, unit='seconds')
+    >>> parse_iterations_per_loop("2m")
+    IterationsPerLoop(value=120, unit='seconds')
     """
-    if isinstance(value, bool):
-        value = str(value)
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError(
-                f"`iterations_per_loop` must be a positive integer. Received: {value}"
-            )
-        return IterationsPerLoop(value, "count")
-    match = re.fullmatch(r"\s*(\d+)\s*([smh]?)\s*", str(value))
-    if not match or int(match.group(1)) <= 0:
+    match = _ITERATIONS_PER_LOOP.fullmatch(str(value))
+    if match is None:
         raise ValueError(
-            "`iterations_per_loop` must be a positive integer or a duration like "
-            f"'30s', '2m' or '1h'. Received: {value!r}"
+            "Invalid TPUConfig `iterations_per_loop` value. Value must be positive integer value "
+            "or time-based value `<N><s|m|h>` where <N> is anypositive integer and `s`, `m`, `h` "
+            "are unit of time in seconds, minutes, hours respectively. Examples of valid values: "
+            f"`3600s`, `60m`, `1h`. Received: {value!r}"
         )
-    number, unit = int(match.group(1)), match.group(2)
+    number, unit = int(match.group("value")), match.group("unit")
     if not unit:
         return IterationsPerLoop(number, "count")
     return IterationsPerLoop(number * _TIME_UNITS[unit], "seconds")
+
+
+def check_positive_integer(value: Any, name: str) -> None:
+    """The original's check: TypeError unless an int (NumPy ints too), ValueError unless > 0.
+
+    Example:
+
+    >>> check_positive_integer(12.3, "Train steps")
+    Traceback (most recent call last):
+    TypeError: Train steps must be int, got <class 'float'>
+    """
+    if not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be int, got {type(value)}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
 
 
 def check_positive_int(name: str, value: Any, allow_none: bool = True) -> None:
@@ -89,12 +106,13 @@ class TPUConfig:
         iterations_per_loop: Steps per device execution (an int), or a
             duration string (`"30s"`) to size executions by time.
         num_shards: Expected replica count; checked against the strategy.
-        num_cores_per_replica: Model parallelism (not supported; must be None).
-        per_host_input_for_training: `True` (PER_HOST_V1), `False`
-            (PER_SHARD_V1) or an `InputPipelineConfig` value.
+        num_cores_per_replica: Model parallelism: None or 1 (more is not supported).
+        per_host_input_for_training: `True` (stored as PER_HOST_V1, as the
+            original did), `False` (PER_SHARD_V1) or an `InputPipelineConfig` value.
         eval_training_input_configuration: `PER_HOST_V1` or `SLICED`.
         experimental_host_call_every_n_steps: host_call frequency in training.
-        tpu_job_name, initial_infeed_sleep_secs, input_partition_dims,
+        tpu_job_name: Defaults to TF_CONFIG's `service.tpu_worker_job_name`.
+        initial_infeed_sleep_secs, input_partition_dims,
         experimental_allow_per_host_v2_parallel_get_next, experimental_feed_hook:
             accepted and ignored.
 
@@ -119,48 +137,65 @@ class TPUConfig:
 
     def __post_init__(self) -> None:
         parse_iterations_per_loop(self.iterations_per_loop)
-        check_positive_int("num_shards", self.num_shards)
-        check_positive_int(
-            "experimental_host_call_every_n_steps",
-            self.experimental_host_call_every_n_steps,
-            allow_none=False,
-        )
-        if self.num_cores_per_replica is not None:
+        if self.num_shards is not None:
+            check_positive_integer(self.num_shards, "TPUConfig num_shards")
+        dims = self.input_partition_dims
+        if dims is not None:
+            if len(dims) not in (1, 2):
+                raise ValueError("input_partition_dims must be a list/tuple with one or two elements.")
+            if self.per_host_input_for_training is not InputPipelineConfig.PER_HOST_V2:
+                raise ValueError("input_partition_dims is only supported in PER_HOST_V2 mode.")
+            if self.num_cores_per_replica is None:
+                raise ValueError("input_partition_dims requires setting num_cores_per_replica.")
+        cores = self.num_cores_per_replica
+        if cores is not None and cores not in (1, 2, 4, 8, 16, 32, 64, 128):
+            raise ValueError(f"num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; got {cores}")
+        if self.eval_training_input_configuration not in (
+            InputPipelineConfig.PER_HOST_V1,
+            InputPipelineConfig.SLICED,
+        ):
             raise ValueError(
-                "`num_cores_per_replica` (model parallelism) is not supported by "
-                "keras_tpu_estimator. Received: num_cores_per_replica="
-                f"{self.num_cores_per_replica}. Leave it as None."
+                "eval_training_input_configuration must be PER_HOST_V1 or SLICED; got "
+                f"{self.eval_training_input_configuration}"
             )
-        if self.input_pipeline not in (
+        if self.per_host_input_for_training is False:
+            object.__setattr__(self, "per_host_input_for_training", InputPipelineConfig.PER_SHARD_V1)
+        elif self.per_host_input_for_training is True:
+            object.__setattr__(self, "per_host_input_for_training", InputPipelineConfig.PER_HOST_V1)
+        if self.initial_infeed_sleep_secs:
+            check_positive_integer(self.initial_infeed_sleep_secs, "TPUConfig initial_infeed_sleep_secs")
+        if not self.tpu_job_name:
+            job = _tf_config().get("service", {}).get("tpu_worker_job_name")
+            object.__setattr__(self, "tpu_job_name", job or self.tpu_job_name)
+        # What the original accepted but this library does not run: a clear error, not a silent drop.
+        if (cores or 1) > 1 or dims is not None:
+            raise ValueError(
+                "Model parallelism (`num_cores_per_replica` > 1, `input_partition_dims`) is not "
+                "supported by keras_tpu_estimator. Received: num_cores_per_replica="
+                f"{cores}, input_partition_dims={dims}. Use one core per replica, or "
+                "tf.distribute's TPUStrategy with experimental_split_to_logical_devices in Keras."
+            )
+        if self.per_host_input_for_training not in (
             InputPipelineConfig.PER_SHARD_V1,
             InputPipelineConfig.PER_HOST_V1,
             InputPipelineConfig.PER_HOST_V2,
         ):
             raise ValueError(
                 "`per_host_input_for_training` must be True, False or one of "
-                "InputPipelineConfig.PER_SHARD_V1/PER_HOST_V1/PER_HOST_V2 "
-                "(BROADCAST is not supported). Received: "
+                "InputPipelineConfig.PER_SHARD_V1/PER_HOST_V1/PER_HOST_V2: keras_tpu_estimator "
+                "does not run BROADCAST. Received: "
                 f"{self.per_host_input_for_training!r}"
             )
-        if self.eval_training_input_configuration not in (
-            InputPipelineConfig.PER_HOST_V1,
-            InputPipelineConfig.SLICED,
-        ):
-            raise ValueError(
-                "`eval_training_input_configuration` must be "
-                "InputPipelineConfig.PER_HOST_V1 or SLICED. Received: "
-                f"{self.eval_training_input_configuration!r}"
-            )
+        check_positive_int(
+            "experimental_host_call_every_n_steps",
+            self.experimental_host_call_every_n_steps,
+            allow_none=False,
+        )
 
     @property
     def input_pipeline(self) -> int:
-        """`per_host_input_for_training` as an `InputPipelineConfig` value."""
-        value = self.per_host_input_for_training
-        if value is True:
-            return InputPipelineConfig.PER_HOST_V1
-        if value is False:
-            return InputPipelineConfig.PER_SHARD_V1
-        return value
+        """`per_host_input_for_training` as an `InputPipelineConfig` value (True and False mapped)."""
+        return self.per_host_input_for_training
 
     @property
     def parsed_iterations_per_loop(self) -> IterationsPerLoop:
@@ -171,8 +206,75 @@ class TPUConfig:
         """A copy with `changes` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 
+    _replace = replace  # the original TPUConfig was a namedtuple
+
 
 _USE_DEFAULT = object()
+
+
+def _tf_config() -> dict:
+    """The TF_CONFIG environment variable, parsed (`{}` when unset)."""
+    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+
+
+def _cluster_settings(tf_config: dict) -> dict[str, Any]:
+    """Task, masters and replica counts from TF_CONFIG, as the Estimator's RunConfig read them."""
+    cluster = tf_config.get("cluster") or {}
+    task = tf_config.get("task") or {}
+    if not cluster:
+        return {
+            "task_type": task.get("type", "worker"),
+            "task_id": int(task.get("index", 0)),
+            "master": tf_config.get("session_master", ""),
+            "evaluation_master": tf_config.get("eval_session_master", ""),
+            "is_chief": True,
+            "num_worker_replicas": 1,
+            "num_ps_replicas": 0,
+            "global_id_in_cluster": 0,
+            "cluster_spec": {},
+        }
+    chief = "master" if "master" in cluster else "chief"
+    task_type, task_id = task.get("type"), int(task.get("index", 0))
+    if task_type not in cluster and task_type != "evaluator":
+        raise ValueError(
+            f"TF_CONFIG's task type {task_type!r} is not one of its cluster's jobs {sorted(cluster)}."
+        )
+    if task_type == "evaluator":
+        return {
+            "task_type": task_type,
+            "task_id": task_id,
+            "master": "",
+            "evaluation_master": tf_config.get("eval_session_master", ""),
+            "is_chief": False,
+            "num_worker_replicas": 0,
+            "num_ps_replicas": 0,
+            "global_id_in_cluster": None,
+            "cluster_spec": {},
+        }
+    addresses = cluster[task_type]
+    single_node = len(cluster) == 1 and len(next(iter(cluster.values()))) == 1
+    master = tf_config.get(
+        "session_master", "" if single_node else f"grpc://{addresses[task_id]}"
+    )
+    ordered = [chief] + sorted(job for job in cluster if job not in (chief, "ps", "evaluator"))
+    ranks = [(job, i) for job in ordered for i in range(len(cluster.get(job, [])))]
+    return {
+        "task_type": task_type,
+        "task_id": task_id,
+        "master": master,
+        "evaluation_master": "",
+        "is_chief": task_type == chief,
+        "num_worker_replicas": len(cluster.get("worker", [])) + len(cluster.get(chief, [])),
+        "num_ps_replicas": len(cluster.get("ps", [])),
+        "global_id_in_cluster": ranks.index((task_type, task_id)) if task_type != "ps" else None,
+        "cluster_spec": cluster,
+    }
+
+
+def _check_at_least(config: Any, name: str, bound: int, strict: bool = False) -> None:
+    value = getattr(config, name)
+    if value is not None and (value <= bound if strict else value < bound):
+        raise ValueError(f"{name} should be {'>' if strict else '>='} {bound}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,14 +283,19 @@ class RunConfig:
 
     Defaults follow the Estimator: a checkpoint every 600 seconds unless
     `save_checkpoints_steps` is given, 5 checkpoints kept, summaries and step
-    logs every 100 steps.
+    logs every 100 steps. TF_CONFIG is read as the Estimator read it
+    (`model_dir`, `session_master`, `eval_session_master`, the cluster and task,
+    and `service.tpu_worker_job_name` for `TPUConfig.tpu_job_name`).
 
     Args:
-        tpu_config: `TPUConfig`.
-        model_dir: Directory for checkpoints and summaries.
-        master: TPU name or address for `TPUClusterResolver` (`None` means 'local').
-        evaluation_master: Accepted; evaluation uses the same strategy.
-        cluster: A `tf.distribute.cluster_resolver.ClusterResolver` to use.
+        tpu_config: `TPUConfig` (None: the defaults).
+        model_dir: Directory for checkpoints and summaries (else TF_CONFIG's).
+        master: TPU name or address for `TPUClusterResolver`; defaults to
+            TF_CONFIG's `session_master`, else `''` (local, or `TPU_NAME`).
+        evaluation_master: Defaults to `master` (an evaluator task: TF_CONFIG's
+            `eval_session_master`); evaluation uses the training strategy.
+        cluster: A `tf.distribute.cluster_resolver.ClusterResolver` to use
+            (then `master` is its `master()`).
         save_checkpoints_steps, save_checkpoints_secs: At most one may be set.
         keep_checkpoint_max, keep_checkpoint_every_n_hours: Checkpoint retention.
         log_step_count_steps, save_summary_steps: Logging and summary frequency.
@@ -200,6 +307,10 @@ class RunConfig:
         checkpoint_save_graph_def: Accepted and ignored (TF1 session settings;
             evaluation uses the training strategy).
 
+    The Estimator's read-only properties `task_type`, `task_id`, `is_chief`,
+    `num_worker_replicas`, `num_ps_replicas`, `global_id_in_cluster` and
+    `cluster_spec` come from TF_CONFIG.
+
     Example:
 
     ```python
@@ -208,12 +319,12 @@ class RunConfig:
     ```
     """
 
-    tpu_config: TPUConfig = dataclasses.field(default_factory=TPUConfig)
+    tpu_config: TPUConfig | None = None
     model_dir: str | None = None
     master: str | None = None
     evaluation_master: str | None = None
     cluster: Any = None
-    save_checkpoints_steps: int | None = None
+    save_checkpoints_steps: Any = _USE_DEFAULT
     save_checkpoints_secs: Any = _USE_DEFAULT
     keep_checkpoint_max: int | None = 5
     keep_checkpoint_every_n_hours: float = 10000
@@ -228,35 +339,95 @@ class RunConfig:
     experimental_max_worker_delay_secs: int | None = None
     session_creation_timeout_secs: int = 7200
     checkpoint_save_graph_def: bool = True
+    task_type: str | None = dataclasses.field(init=False, default=None)
+    task_id: int = dataclasses.field(init=False, default=0)
+    is_chief: bool = dataclasses.field(init=False, default=True)
+    num_worker_replicas: int = dataclasses.field(init=False, default=1)
+    num_ps_replicas: int = dataclasses.field(init=False, default=0)
+    global_id_in_cluster: int | None = dataclasses.field(init=False, default=0)
+    cluster_spec: dict = dataclasses.field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tpu_config, TPUConfig):
+        steps, secs = self.save_checkpoints_steps, self.save_checkpoints_secs
+        if steps is _USE_DEFAULT and secs is _USE_DEFAULT:
+            steps, secs = None, 600
+        elif secs is _USE_DEFAULT:
+            secs = None
+        elif steps is _USE_DEFAULT:
+            steps = None
+        elif steps is not None and secs is not None:
+            raise ValueError("`save_checkpoints_steps` and `save_checkpoints_secs` cannot be both set.")
+        object.__setattr__(self, "save_checkpoints_steps", steps)
+        object.__setattr__(self, "save_checkpoints_secs", secs)
+        tf_config = _tf_config()
+        self._set_model_dir(tf_config.get("model_dir"))
+        for name, bound, strict in (
+            ("save_summary_steps", 0, False),
+            ("save_checkpoints_steps", 0, False),
+            ("save_checkpoints_secs", 0, False),
+            ("keep_checkpoint_max", 0, False),
+            ("keep_checkpoint_every_n_hours", 0, True),
+            ("log_step_count_steps", 0, True),
+            ("session_creation_timeout_secs", 0, True),
+        ):
+            _check_at_least(self, name, bound, strict)
+        if self.tf_random_seed is not None and not isinstance(self.tf_random_seed, int):
+            raise ValueError("tf_random_seed must be integer.")
+        if self.protocol not in (None, "grpc", "grpc+verbs"):
+            raise ValueError("protocol should be grpc or grpc+verbs")
+        if self.tpu_config is None:
+            object.__setattr__(self, "tpu_config", TPUConfig())
+        elif not isinstance(self.tpu_config, TPUConfig):
             raise TypeError(
                 "`tpu_config` must be a keras_tpu_estimator.TPUConfig. Received: "
                 f"{type(self.tpu_config).__name__}"
             )
-        secs = self.save_checkpoints_secs
-        if secs is _USE_DEFAULT:
-            secs = None if self.save_checkpoints_steps is not None else 600
-            object.__setattr__(self, "save_checkpoints_secs", secs)
-        if self.save_checkpoints_steps is not None and secs is not None:
-            raise ValueError(
-                "Only one of `save_checkpoints_steps` and `save_checkpoints_secs` can be "
-                f"set. Received: save_checkpoints_steps={self.save_checkpoints_steps}, "
-                f"save_checkpoints_secs={secs}."
-            )
-        check_positive_int("save_checkpoints_steps", self.save_checkpoints_steps)
-        check_positive_int("log_step_count_steps", self.log_step_count_steps)
-        if self.keep_checkpoint_max is not None and self.keep_checkpoint_max < 0:
-            raise ValueError(
-                "`keep_checkpoint_max` must be >= 0 or None. Received: "
-                f"{self.keep_checkpoint_max}"
-            )
+        settings = _cluster_settings(tf_config)
+        master, evaluation_master = settings.pop("master"), settings.pop("evaluation_master")
+        for name, value in settings.items():
+            object.__setattr__(self, name, value)
+        if self.master is not None:
+            if self.cluster is not None:
+                raise ValueError("Both master and cluster are set.")
+            master = self.master
+        elif self.cluster is not None:
+            master = self.cluster.master()
+        object.__setattr__(self, "master", master)
+        if self.evaluation_master is None:
+            if not evaluation_master and self.task_type != "evaluator":
+                evaluation_master = master
+            object.__setattr__(self, "evaluation_master", evaluation_master)
+
+    def _set_model_dir(self, from_tf_config: str | None) -> None:
+        model_dir = os.fspath(self.model_dir) if self.model_dir is not None else None
+        if isinstance(model_dir, bytes):
+            model_dir = model_dir.decode()
+        if model_dir == "":
+            raise ValueError("model_dir should be non-empty.")
+        if from_tf_config == "":
+            raise ValueError("model_dir in TF_CONFIG should be non-empty.")
+        if from_tf_config:
+            if model_dir and model_dir != from_tf_config:
+                raise ValueError(
+                    "`model_dir` provided in RunConfig construct, if set, must have the same value "
+                    f"as the model_dir in TF_CONFIG. model_dir: {model_dir}\n"
+                    f"TF_CONFIG[\"model_dir\"]: {from_tf_config}.\n"
+                )
+            model_dir = from_tf_config
+        object.__setattr__(self, "model_dir", model_dir)
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with `changes` applied (and validated)."""
-        if "save_checkpoints_steps" in changes and "save_checkpoints_secs" not in changes:
-            changes["save_checkpoints_secs"] = (
-                None if changes["save_checkpoints_steps"] is not None else self.save_checkpoints_secs
-            )
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes` applied (and validated), with the Estimator's checkpoint rule.
+
+        Setting one of `save_checkpoints_steps` / `save_checkpoints_secs` to a
+        value clears the other; setting both to values is an error.
+        """
+        steps, secs = "save_checkpoints_steps", "save_checkpoints_secs"
+        if steps in changes and secs not in changes and changes[steps] is not None:
+            changes[secs] = None
+        elif secs in changes and steps not in changes and changes[secs] is not None:
+            changes[steps] = None
+        current = {
+            field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.init
+        }
+        return RunConfig(**{**current, **changes})

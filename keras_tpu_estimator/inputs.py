@@ -59,9 +59,8 @@ def call_input_fn(
     args = function_args(input_fn)
     if "params" not in args:
         raise ValueError(
-            f"input_fn ({getattr(input_fn, '__name__', input_fn)}) does not include params "
-            "argument, required by TPUEstimator to pass batch size as "
-            "params['batch_size']. Add a `params` argument."
+            f"input_fn ({input_fn}) does not include params argument, required by "
+            'TPUEstimator to pass batch size as params["batch_size"]. Add a `params` argument.'
         )
     kwargs: dict[str, Any] = {"params": params}
     if "mode" in args:

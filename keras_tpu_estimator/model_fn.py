@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import logging
 from typing import Any
 
@@ -77,10 +78,35 @@ def check_model_fn(model_fn: Any) -> None:
         raise TypeError(f"`model_fn` must be callable. Received: {model_fn!r}")
     if "params" not in function_args(model_fn):
         raise ValueError(
-            f"model_fn ({getattr(model_fn, '__name__', model_fn)}) does not include "
-            "params argument, required by TPUEstimator to pass batch size as "
-            "params['batch_size']. Add a `params` argument."
+            f"model_fn ({model_fn}) does not include params argument, required by "
+            "TPUEstimator to pass batch size as params['batch_size']. Add a `params` argument."
         )
+
+
+_VALID_MODEL_FN_ARGS = frozenset({"features", "labels", "mode", "params", "self", "config"})
+
+
+def verify_model_fn_args(model_fn: Any, params: dict | None) -> None:
+    """The Estimator constructor's `model_fn` checks, with its messages (ValueError).
+
+    `model_fn` must take `features`, take `params` when params are given, and
+    take nothing beyond `features, labels, mode, params, config` (and `self`).
+    """
+    try:
+        parameters = inspect.signature(model_fn).parameters.values()
+    except (TypeError, ValueError):
+        parameters = ()
+    args = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    if "features" not in args:
+        raise ValueError(f"model_fn ({model_fn}) must include features argument.")
+    if params is not None and "params" not in args:
+        raise ValueError(
+            f"model_fn ({model_fn}) does not include params argument, but params ({params}) "
+            "is passed to Estimator."
+        )
+    unexpected = list(args - _VALID_MODEL_FN_ARGS)
+    if unexpected:
+        raise ValueError(f"model_fn ({model_fn}) has following not expected args: {unexpected}")
 
 
 _SCAFFOLD_PARTS = ("init_op", "init_fn", "local_init_op", "ready_op", "saver")
@@ -141,10 +167,12 @@ class ModelFnRunner:
         # Replicas whose values this process sees (all but under a multi-worker strategy).
         self.local_replicas = self.num_replicas // num_workers(strategy) if use_tpu else 1
         for mode, size in self.batch_sizes.items():
-            if size is not None:
-                per_replica_batch_size(size, self.num_replicas, BATCH_ARG[mode])
+            if size is not None:  # divisibility by the replicas is checked when the mode runs
+                per_replica_batch_size(size, 1, BATCH_ARG[mode])
         self.store = VariableStore(owner, strategy)
-        self.host = HostRunner(config.tpu_config.experimental_host_call_every_n_steps)
+        # The original's CPU path (use_tpu=False) called host_call at every step.
+        every_n = config.tpu_config.experimental_host_call_every_n_steps if self.use_tpu else 1
+        self.host = HostRunner(every_n)
         self.global_batch: dict = {}
         self.output_specs: dict = {}
         self.spec_hooks: dict = {}
@@ -153,7 +181,7 @@ class ModelFnRunner:
         self.uses_keras_optimizer = False
         self.metric_ops = EvalMetricOps(None, use_tpu, None)
 
-    def params_for(self, mode: str, input_context: Any = None) -> dict:
+    def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `use_tpu`, `context`."""
         params = copy.deepcopy(self.params)
         global_batch = self.global_batch.get(mode)
@@ -162,7 +190,7 @@ class ModelFnRunner:
         params["use_tpu"] = self.use_tpu
         if self.use_tpu:
             params["context"] = TPUContext(
-                self.strategy, mode, global_batch, input_context
+                self.strategy, mode, global_batch, input_context, call_from_input_fn=for_input_fn
             )
         return params
 
@@ -479,7 +507,7 @@ class ModelFnRunner:
         specs = []
 
         def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
-            params = self.params_for(mode, input_context)
+            params = self.params_for(mode, input_context, for_input_fn=True)
             dataset = call_input_fn(x, mode, params, self.config, input_context)
             self._check_batch(static_batch_size(dataset.element_spec), per_replica, partial, "input_fn")
             if pad:

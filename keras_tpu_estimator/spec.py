@@ -44,14 +44,6 @@ class ModeKeys:
     PREDICT = "infer"
 
 
-_MODES = (ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.PREDICT)
-
-
-def _check_mode(mode: Any) -> None:
-    if mode not in _MODES:
-        raise ValueError(f"`mode` must be one of {_MODES}. Received: mode={mode!r}")
-
-
 def check_host_call(name: str, host_call: Any) -> None:
     """Validates a `(fn, tensors)` pair as TPUEstimator did.
 
@@ -99,7 +91,12 @@ def check_host_call(name: str, host_call: Any) -> None:
 
 
 def check_hooks(name: str, hooks: Sequence[Any] | None) -> tuple:
-    """Returns `hooks` as a tuple of Keras callbacks, or raises a TypeError naming the fix."""
+    """Returns `hooks` as a tuple of Keras callbacks; otherwise the original's TypeError.
+
+    `name` is `"hooks"` for the arguments of `train`/`evaluate`/`predict` (the
+    Estimator's "Hooks must be a SessionRunHook" text) or the spec field
+    (`"training_hooks"`, ...: the spec's "All hooks must be ..." text).
+    """
     hooks = tuple(hooks or ())
     for hook in hooks:
         if isinstance(hook, tf.compat.v1.train.SessionRunHook):
@@ -110,9 +107,12 @@ def check_hooks(name: str, hooks: Sequence[Any] | None) -> tuple:
                 "execution of `iterations_per_loop` steps)."
             )
         if not isinstance(hook, keras.callbacks.Callback):
-            raise TypeError(
-                f"All {name} must be `keras.callbacks.Callback` instances. Received: {hook!r}"
+            original = (
+                f"Hooks must be a SessionRunHook, given: {hook}"
+                if name == "hooks"
+                else f"All hooks must be SessionRunHook instances, given: {hook}"
             )
+            raise TypeError(f"{original}. keras_tpu_estimator takes keras.callbacks.Callback objects.")
     return hooks
 
 
@@ -177,7 +177,6 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS))
         evaluation_hooks: Sequence[keras.callbacks.Callback] | None = None,
         prediction_hooks: Sequence[keras.callbacks.Callback] | None = None,
     ) -> TPUEstimatorSpec:
-        _check_mode(mode)
         check_host_call("eval_metrics", eval_metrics)
         check_host_call("host_call", host_call)
         if scaffold_fn is not None and not callable(scaffold_fn):
@@ -195,6 +194,41 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS))
             check_hooks("training_hooks", training_hooks),
             check_hooks("evaluation_hooks", evaluation_hooks),
             check_hooks("prediction_hooks", prediction_hooks),
+        )
+
+    def as_estimator_spec(self) -> EstimatorSpec:
+        """The equivalent `EstimatorSpec` for CPU training and evaluation, as the original built it.
+
+        `eval_metrics` become `eval_metric_ops` (the metric function is called
+        here) and `scaffold_fn` is called for the `scaffold`.
+
+        Example:
+
+        ```python
+        return spec if params["use_tpu"] else spec.as_estimator_spec()
+        ```
+        """
+        if self.host_call is not None:
+            raise NotImplementedError(
+                "as_estimator_spec() with a host_call: the original ran it as a session hook. "
+                "Return the TPUEstimatorSpec itself; keras_tpu_estimator runs its host_call on "
+                "every path."
+            )
+        eval_metric_ops = None
+        if self.eval_metrics is not None:
+            metric_fn, tensors = self.eval_metrics
+            eval_metric_ops = metric_fn(**tensors) if isinstance(tensors, dict) else metric_fn(*tensors)
+        return EstimatorSpec(
+            mode=self.mode,
+            predictions=self.predictions,
+            loss=self.loss,
+            train_op=self.train_op,
+            eval_metric_ops=eval_metric_ops,
+            export_outputs=self.export_outputs,
+            scaffold=self.scaffold_fn() if self.scaffold_fn else None,
+            training_hooks=self.training_hooks,
+            evaluation_hooks=self.evaluation_hooks,
+            prediction_hooks=self.prediction_hooks,
         )
 
 
@@ -222,8 +256,9 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIEL
     return EstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op=train_op)
     ```
 
-    Differences from TPUEstimator: `training_chief_hooks` raise a ValueError
-    (as on TPU); `scaffold` is ignored with a warning.
+    Differences from TPUEstimator: `training_chief_hooks` raise the original's
+    TPU ValueError when the spec is used for training; a `scaffold` gets a
+    warning naming the parts this library does not run.
     """
 
     def __new__(
@@ -240,21 +275,17 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIEL
         evaluation_hooks: Sequence[Any] | None = None,
         prediction_hooks: Sequence[Any] | None = None,
     ) -> EstimatorSpec:
-        _check_mode(mode)
-        if training_chief_hooks:
-            raise ValueError(
-                "training_chief_hooks returned by EstimatorSpec is not supported. "
-                "Pass Keras callbacks via training_hooks instead."
-            )
+        if scaffold is not None and not isinstance(scaffold, tf.compat.v1.train.Scaffold):
+            raise TypeError(f"scaffold must be tf.train.Scaffold. Given: {scaffold}")
         return super().__new__(
             cls,
             mode,
             predictions,
             loss,
             train_op,
-            dict(eval_metric_ops or {}),
+            _check_eval_metric_ops(eval_metric_ops),
             export_outputs,
-            (),
+            tuple(training_chief_hooks or ()),
             check_hooks("training_hooks", training_hooks),
             scaffold,
             check_hooks("evaluation_hooks", evaluation_hooks),
@@ -262,35 +293,67 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIEL
         )
 
 
+def _check_eval_metric_ops(eval_metric_ops: Any) -> dict:
+    """`eval_metric_ops` as a dict of `(value, update_op)` pairs, with the Estimator's TypeErrors."""
+    if eval_metric_ops is None:
+        return {}
+    if not isinstance(eval_metric_ops, dict):
+        raise TypeError(f"eval_metric_ops must be a dict, given: {eval_metric_ops}")
+    for key, value in eval_metric_ops.items():
+        if not isinstance(value, tuple) or len(value) != 2:
+            raise TypeError(
+                "Values of eval_metric_ops must be (metric_value, update_op) tuples, given: "
+                f"{value} for key: {key}"
+            )
+    return dict(eval_metric_ops)
+
+
 AnySpec = TPUEstimatorSpec | EstimatorSpec
 
 
 def check_spec(spec: Any, mode: str, model_fn: ModelFn) -> AnySpec:
-    """Checks what `model_fn` returned in `mode`; returns it.
+    """Checks what `model_fn` returned in `mode`, with the Estimator's messages; returns it.
+
+    A loss of shape `[1]` is reshaped to a scalar, as the Estimator did.
 
     Raises:
-        TypeError: not a `TPUEstimatorSpec` or `EstimatorSpec`.
-        ValueError: a field the mode needs is missing.
+        ValueError: not a `TPUEstimatorSpec` or `EstimatorSpec`; a field the
+            mode needs is missing; a non-scalar loss; `training_chief_hooks`.
+        TypeError: `train_op`, `loss` or `predictions` of the wrong type.
     """
     fn_name = getattr(model_fn, "__name__", repr(model_fn))
     if not isinstance(spec, (TPUEstimatorSpec, EstimatorSpec)):
-        raise TypeError(
-            f"`model_fn` ({fn_name}) must return a TPUEstimatorSpec or EstimatorSpec in "
-            f"mode {mode!r}. Received: {type(spec).__name__}."
-        )
-    if mode in (ModeKeys.TRAIN, ModeKeys.EVAL) and spec.loss is None:
         raise ValueError(
-            f"`model_fn` ({fn_name}) returned a spec without `loss` in mode {mode!r}. "
-            "TRAIN and EVAL need a scalar loss tensor."
+            f"model_fn should return an EstimatorSpec. `model_fn` ({fn_name}) must return a "
+            f"TPUEstimatorSpec or EstimatorSpec in mode {mode!r}. Received: {type(spec).__name__}."
         )
-    if spec.loss is not None and tf.convert_to_tensor(spec.loss).shape.rank not in (0, None):
+    if mode == ModeKeys.TRAIN and getattr(spec, "training_chief_hooks", None):
         raise ValueError(
-            f"`model_fn` ({fn_name}) returned a non-scalar loss in mode {mode!r}: "
-            f"shape {spec.loss.shape}. Reduce it to a scalar, e.g. with tf.reduce_mean."
+            "training_chief_hooks returned by EstimatorSpec is not supported in TPUEstimator."
+            "If you want to pass training hooks, please pass via training_hooks."
         )
+    op_like = (tf.Operation, tf.Variable, tf.distribute.DistributedValues)
+    if spec.train_op is not None and not (isinstance(spec.train_op, op_like) or tf.is_tensor(spec.train_op)):
+        raise TypeError(f"train_op must be Operation or Tensor, given: {spec.train_op}")
+    if spec.loss is None:
+        if mode in (ModeKeys.TRAIN, ModeKeys.EVAL):
+            raise ValueError(
+                f"Missing loss. `model_fn` ({fn_name}) returned a spec without `loss` in mode "
+                f"{mode!r}; TRAIN and EVAL need a scalar loss tensor."
+            )
+    else:
+        if not (tf.is_tensor(spec.loss) or isinstance(spec.loss, tf.Variable)):
+            raise TypeError(f"loss must be Tensor, given: {spec.loss}")
+        if spec.loss.shape.num_elements() not in (None, 1):
+            raise ValueError(
+                f"Loss must be scalar, given: {spec.loss}. Reduce it to a scalar, e.g. with "
+                "tf.reduce_mean."
+            )
+        if spec.loss.shape.rank not in (0, None):
+            spec = spec._replace(loss=tf.reshape(spec.loss, []))
     if mode == ModeKeys.PREDICT and spec.predictions is None:
         raise ValueError(
-            f"`model_fn` ({fn_name}) returned a spec without `predictions` in mode "
-            "'infer' (PREDICT). Return a dict of batch-major tensors."
+            f"Missing predictions. `model_fn` ({fn_name}) returned a spec without `predictions` "
+            "in mode 'infer' (PREDICT); return a dict of batch-major tensors."
         )
     return spec

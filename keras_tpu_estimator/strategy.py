@@ -210,7 +210,7 @@ class TPUContext:
     ```python
     def input_fn(params):
         ctx = params["context"]
-        host, index, count = ctx.current_input_fn_deployment()
+        host, index, count, replicas = ctx.current_input_fn_deployment()
         return files.shard(count, index)...
     ```
     """
@@ -221,11 +221,19 @@ class TPUContext:
         mode: str,
         global_batch_size: int | None = None,
         input_context: tf.distribute.InputContext | None = None,
+        call_from_input_fn: bool = False,
     ):
         self._strategy = strategy
         self.mode = mode
         self.global_batch_size = global_batch_size
         self.input_context = input_context
+        self._call_from_input_fn = call_from_input_fn
+
+    def _only_in(self, caller: str) -> None:
+        """The original's RuntimeError when an `input_fn`-only (or `model_fn`-only) member is misused."""
+        if self._call_from_input_fn != (caller == "input_fn"):
+            other = "model_fn" if caller == "input_fn" else "input_fn"
+            raise RuntimeError(f"This TPUContext instance must not be called from {other}.")
 
     @property
     def num_replicas(self) -> int:
@@ -241,7 +249,8 @@ class TPUContext:
 
     @property
     def current_host(self) -> int:
-        """Index of this input pipeline."""
+        """Index of this input pipeline (`input_fn` only)."""
+        self._only_in("input_fn")
         return self.input_context.input_pipeline_id if self.input_context else 0
 
     @property
@@ -253,7 +262,8 @@ class TPUContext:
 
     @property
     def device_assignment(self) -> None:
-        """Always `None`: model parallelism is not supported."""
+        """`None` (no model parallelism), as the original's without it (`model_fn` only)."""
+        self._only_in("model_fn")
         return None
 
     @property
@@ -261,6 +271,11 @@ class TPUContext:
         """True under a `TPUStrategy`."""
         return _compat.is_tpu_strategy(self._strategy)
 
-    def current_input_fn_deployment(self) -> tuple[str, int, int]:
-        """`(host_device, invocation_index, total_invocations)` of this `input_fn` call."""
-        return ("/device:CPU:0", self.current_host, self.num_hosts)
+    def current_input_fn_deployment(self) -> tuple[str, int, int, int]:
+        """`(host_device, invocation_index, total_invocations, replicas_fed)` of this `input_fn` call.
+
+        Every input pipeline here is per host (`PER_HOST_V2`-like), so the
+        invocations are the hosts and each feeds its host's replicas.
+        """
+        self._only_in("input_fn")
+        return ("/device:CPU:0", self.current_host, self.num_hosts, self.num_of_replicas_per_host)

@@ -30,10 +30,10 @@ from keras_tpu_estimator.checkpoints import (
     resolve_checkpoint_path,
     restore_checkpoint,
 )
-from keras_tpu_estimator.config import RunConfig, check_positive_int
+from keras_tpu_estimator.config import RunConfig, check_positive_integer
 from keras_tpu_estimator.export import export_saved_model
 from keras_tpu_estimator.model import EstimatorModel
-from keras_tpu_estimator.model_fn import check_params
+from keras_tpu_estimator.model_fn import check_params, verify_model_fn_args
 from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn, check_hooks
 from keras_tpu_estimator.strategy import is_chief, num_workers
 
@@ -145,40 +145,43 @@ class TPUEstimator:
         embedding_config_spec: Any = None,
         export_saved_model_api_version: ExportSavedModelApiVersion | int = ExportSavedModelApiVersion.V1,
     ):
-        if not isinstance(config, RunConfig):
+        if config is None or not isinstance(config, RunConfig):
             raise ValueError(
-                "`config` must be provided with type keras_tpu_estimator.RunConfig. "
-                f"Received: {type(config).__name__}"
+                "`config` must be provided with type `tpu_config.RunConfig`: a "
+                f"keras_tpu_estimator RunConfig. Received: {type(config).__name__}"
             )
+        params_given = params
         params = check_params(params)
         if use_tpu:
             if train_batch_size is None:
-                raise ValueError("`train_batch_size` cannot be `None` when `use_tpu=True`.")
-            check_positive_int("train_batch_size", train_batch_size)
-            for name, value in (("eval_batch_size", eval_batch_size), ("predict_batch_size", predict_batch_size)):
-                if value is not None:
-                    check_positive_int(name, value)
+                raise ValueError("`train_batch_size` cannot be `None`")
+            check_positive_integer(train_batch_size, "train_batch_size")
+            if eval_batch_size is not None:
+                check_positive_integer(eval_batch_size, "eval_batch_size")
+            if predict_batch_size is not None:
+                check_positive_integer(predict_batch_size, "predict_batch_size")
         if embedding_config_spec is not None:
             raise ValueError(
                 "`embedding_config_spec` (TPU embeddings) is not supported by keras_tpu_estimator. "
                 "Use tf.tpu.experimental.embedding.TPUEmbedding inside model_fn."
             )
-        if not callable(model_fn):
-            raise TypeError(f"`model_fn` must be callable. Received: {model_fn!r}")
-        if model_dir and config.model_dir and os.path.normpath(model_dir) != os.path.normpath(config.model_dir):
+        verify_model_fn_args(model_fn, params_given)
+        if model_dir is not None:
+            model_dir = os.fspath(model_dir)
+            model_dir = model_dir.decode() if isinstance(model_dir, bytes) else model_dir
+        if model_dir and config.model_dir and model_dir != config.model_dir:
             raise ValueError(
-                "`model_dir` and `config.model_dir` are both set and differ: "
-                f"{model_dir!r} != {config.model_dir!r}. Set one of them."
+                "`model_dir` are set both in constructor and `RunConfig`, but with different "
+                f"values. In constructor: '{model_dir}', in `RunConfig`: '{config.model_dir}' "
             )
         model_dir = model_dir or config.model_dir
         if not model_dir:
             model_dir = tempfile.mkdtemp(prefix="keras_tpu_estimator_")
             _log.warning("Using temporary folder as model directory: %s", model_dir)
-        if not (export_to_tpu or export_to_cpu):
-            raise ValueError(
-                "One of export_to_cpu and export_to_tpu must be true. Received both False."
-            )
-        if export_saved_model_api_version not in (1, 2, *ExportSavedModelApiVersion):
+        if not (
+            isinstance(export_saved_model_api_version, ExportSavedModelApiVersion)
+            or export_saved_model_api_version in (1, 2)
+        ):
             raise ValueError(
                 "export_saved_model_api_version should be 1 or 2; got "
                 f"{export_saved_model_api_version}."
@@ -238,7 +241,7 @@ class TPUEstimator:
         path = self._checkpoint(checkpoint_path)
         if path is None:
             raise ValueError(
-                f"Could not find a trained model in model_dir: {self.model_dir}. "
+                f"Could not find trained model in model_dir: {self.model_dir}. "
                 "Call train() first, or pass checkpoint_path."
             )
         return path
@@ -285,24 +288,34 @@ class TPUEstimator:
         """
         if steps is not None and max_steps is not None:
             raise ValueError("Can not provide both steps and max_steps.")
+        if steps is not None and steps <= 0:
+            raise ValueError(f"Must specify steps > 0, given: {steps}")
+        if max_steps is not None and max_steps <= 0:
+            raise ValueError(f"Must specify max_steps > 0, given: {max_steps}")
+        latest = self.latest_checkpoint()
+        if max_steps is not None and latest and checkpoint_step(latest) >= max_steps:
+            _log.info("Skipping training since max_steps has already saved.")
+            return self
+        hooks = list(check_hooks("hooks", hooks))
         if self._use_tpu and steps is None and max_steps is None:
             raise ValueError(
                 "For TPU training, one of `steps` or `max_steps` must be set. Cannot be both `None`."
             )
+        # The original checked the types on the TPU path only; its CPU path ran 13 steps for 12.3.
         if steps is not None:
-            check_positive_int("steps", steps)
+            check_positive_integer(steps, "Train steps")
         if max_steps is not None:
-            check_positive_int("max_steps", max_steps)
-        hooks = list(check_hooks("hooks", hooks))
+            check_positive_integer(max_steps, "Train max_steps")
+        for listener in saving_listeners or ():
+            if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
+                raise TypeError(
+                    f"saving_listeners must be a list of CheckpointSaverListener, given: {listener}"
+                )
         if saving_listeners:
             raise TypeError(
                 "`saving_listeners` (CheckpointSaverListener) need a TF1 session. Pass a Keras "
                 "callback in `hooks` and read `tf.train.latest_checkpoint(model_dir)` in it."
             )
-        latest = self.latest_checkpoint()
-        if max_steps is not None and latest and checkpoint_step(latest) >= max_steps:
-            _log.info("Skipping training since max_steps has already saved.")
-            return self
         model = self._model(self._use_tpu)
         config = self._config
         callbacks: list[keras.callbacks.Callback] = [_RestoreOrWarmStart(latest, self._warm_start)]
@@ -349,14 +362,14 @@ class TPUEstimator:
         estimator.evaluate(eval_input_fn, steps=100)  # {"accuracy": ..., "loss": ..., "global_step": ...}
         ```
         """
+        hooks = check_hooks("hooks", hooks)
         if steps is not None:
-            check_positive_int("steps", steps)
+            if not (self._use_tpu and self._eval_on_tpu) and steps <= 0:
+                raise ValueError(f"Must specify steps > 0, given: {steps}")
+            check_positive_integer(steps, "Eval steps")
         path = self._checkpoint_or_initialization(checkpoint_path, "evaluate")
         model = self._model(self._use_tpu and self._eval_on_tpu)
-        callbacks = [
-            _RestoreOrWarmStart(path, self._warm_start),
-            *check_hooks("hooks", hooks),
-        ]
+        callbacks = [_RestoreOrWarmStart(path, self._warm_start), *hooks]
         logs = model.evaluate(input_fn, steps=steps, callbacks=callbacks, verbose=0, return_dict=True)
         step = model.global_step
         if is_chief(model.distribute_strategy):
@@ -392,32 +405,19 @@ class TPUEstimator:
             print(prediction["class"])
         ```
         """
+        hooks = check_hooks("hooks", hooks)
         path = self._checkpoint_or_initialization(checkpoint_path, "predict")
         model = self._model(self._use_tpu)
-        callbacks = [
-            _RestoreOrWarmStart(path, self._warm_start),
-            *check_hooks("hooks", hooks),
-        ]
-        keys = None
-        if predict_keys is not None:
-            keys = [predict_keys] if isinstance(predict_keys, str) else list(predict_keys)
+        callbacks = [_RestoreOrWarmStart(path, self._warm_start), *hooks]
         for batch in model.predict_batches(input_fn, callbacks=callbacks, verbose=0):
-            if not isinstance(batch, dict):
-                yield from (batch if yield_single_examples else [batch])
-                continue
-            if keys is not None:
-                unknown = sorted(set(keys) - set(batch))
-                if unknown:
-                    raise ValueError(
-                        f"`predict_keys` {unknown} are not in the predictions {sorted(batch)}."
-                    )
-                batch = {key: batch[key] for key in keys}
+            batch = _select_keys(batch, predict_keys)
             if not yield_single_examples:
                 yield batch
-                continue
-            for i in range(len(next(iter(batch.values())))):
-                yield {key: value[i] for key, value in batch.items()}
-
+            elif not isinstance(batch, dict):
+                yield from batch
+            else:
+                for i in range(len(next(iter(batch.values())))):
+                    yield {key: value[i] for key, value in batch.items()}
 
     def export_saved_model(
         self,
@@ -445,7 +445,18 @@ class TPUEstimator:
         path = estimator.export_saved_model("/tmp/export", serving_input_receiver_fn)
         ```
         """
-        checkpoint = self._require_checkpoint(checkpoint_path)
+        if not serving_input_receiver_fn:
+            raise ValueError("An input_receiver_fn must be defined.")
+        if not (self.export_to_cpu or self.export_to_tpu):
+            raise ValueError("One of export_to_cpu and export_to_tpu must be true.")
+        checkpoint = self._checkpoint(checkpoint_path)
+        if checkpoint is None and self._warm_start is not None:
+            checkpoint = resolve_checkpoint_path(self._warm_start.ckpt_to_initialize_from)
+        if checkpoint is None:
+            raise ValueError(
+                f"Couldn't find trained model at {self.model_dir}. Call train() first, or pass "
+                "checkpoint_path."
+            )
         return export_saved_model(
             export_dir_base,
             serving_input_receiver_fn,
@@ -462,6 +473,20 @@ class TPUEstimator:
         )
 
     export_savedmodel = export_saved_model
+
+
+def _select_keys(predictions: Any, predict_keys: Sequence[str] | str | None) -> Any:
+    """The predictions whose key is in `predict_keys` (all when it is empty), as the original chose."""
+    if not predict_keys:
+        return predictions
+    if not isinstance(predictions, dict):
+        raise ValueError("predict_keys argument is not valid in case of non-dict predictions.")
+    selected = {key: value for key, value in predictions.items() if key in predict_keys}
+    if not selected:
+        raise ValueError(
+            f"Expected to run at least one output from {predictions.keys()}, provided {predict_keys}."
+        )
+    return selected
 
 
 class _RestoreOrWarmStart(keras.callbacks.Callback):

@@ -58,7 +58,7 @@ def main(model_dir, max_steps, seconds, fail=None):
     def input_fn(params):
         if fail == "input_fn":
             raise RuntimeError("input_fn failed on purpose")
-        _, index, count = params["context"].current_input_fn_deployment()
+        _, index, count, _ = params["context"].current_input_fn_deployment()
         latest = tf.train.latest_checkpoint(model_dir)
         start = checkpoint_step(latest) if latest else 0
         # Step k reads batches k*count .. k*count+count-1: worker i takes the i-th.

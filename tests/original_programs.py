@@ -7,7 +7,8 @@ steps). The code is plain TF1-style TensorFlow and imports neither
 from the `est` namespace:
 
 - the original (TF 2.15 + tensorflow-estimator 2.15): `original_namespace()`;
-- this library (TF 2.21 + Keras 3): the `keras_tpu_estimator` module.
+- this library (TF 2.21 + Keras 3): `estimator_namespace(keras_tpu_estimator.estimator)`,
+  the same names after the one-line swap of `tf.compat.v1.estimator`.
 
 Every initializer is a constant (or NumPy values from a fixed
 `np.random.RandomState`) and the data is NumPy, so both TensorFlow versions
@@ -57,24 +58,33 @@ class Program:
     eval_steps: int | None = None
 
 
+def estimator_namespace(estimator: Any) -> types.SimpleNamespace:
+    """The `est` namespace from a module laid out like `tf.compat.v1.estimator`.
+
+    The programs reach every class through `estimator.tpu.*` and
+    `estimator.{EstimatorSpec, ModeKeys}`, as migrated code does after its
+    one-line swap to `keras_tpu_estimator.estimator`.
+    """
+    return types.SimpleNamespace(
+        TPUEstimator=estimator.tpu.TPUEstimator,
+        TPUEstimatorSpec=estimator.tpu.TPUEstimatorSpec,
+        RunConfig=estimator.tpu.RunConfig,
+        TPUConfig=estimator.tpu.TPUConfig,
+        EstimatorSpec=estimator.EstimatorSpec,
+        ModeKeys=estimator.ModeKeys,
+    )
+
+
 def original_namespace() -> types.SimpleNamespace:
     """The original's classes, as an `est` namespace (TF 2.15 + tensorflow-estimator only)."""
     try:
-        tpu = tf.compat.v1.estimator.tpu
         estimator = tf.compat.v1.estimator
     except AttributeError as error:
         raise RuntimeError(
             "`original_namespace()` needs TensorFlow 2.15 with tensorflow-estimator "
             f"(the original TPUEstimator). Received: tensorflow {tf.__version__}."
         ) from error
-    return types.SimpleNamespace(
-        TPUEstimator=tpu.TPUEstimator,
-        TPUEstimatorSpec=tpu.TPUEstimatorSpec,
-        RunConfig=tpu.RunConfig,
-        TPUConfig=tpu.TPUConfig,
-        EstimatorSpec=estimator.EstimatorSpec,
-        ModeKeys=estimator.ModeKeys,
-    )
+    return estimator_namespace(estimator)
 
 
 def build_estimator(est: Any, program: Program, model_dir: str) -> Any:

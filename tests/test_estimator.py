@@ -34,13 +34,16 @@ def saved_steps(model_dir):
         ({"config": None}, ValueError, "`config` must be provided with type"),
         ({"params": {"context": 1}}, ValueError, "are reserved keys but existed in params"),
         ({"train_batch_size": None}, ValueError, "`train_batch_size` cannot be `None`"),
-        ({"train_batch_size": 0}, ValueError, "`train_batch_size` must be a positive integer"),
-        ({"eval_batch_size": -1}, ValueError, "`eval_batch_size` must be a positive integer"),
+        ({"train_batch_size": 0}, ValueError, "^train_batch_size must be positive, got 0$"),
+        ({"train_batch_size": 1.0}, TypeError, "^train_batch_size must be int, got <class 'float'>$"),
+        ({"eval_batch_size": -1}, ValueError, "^eval_batch_size must be positive, got -1$"),
         ({"export_saved_model_api_version": 3}, ValueError, "export_saved_model_api_version should be 1 or 2; got 3"),
         ({"export_saved_model_api_version": "2"}, ValueError, "should be 1 or 2"),
-        ({"export_to_tpu": False, "export_to_cpu": False}, ValueError, "One of export_to_cpu and export_to_tpu must be true"),
         ({"embedding_config_spec": object()}, ValueError, "not supported"),
-        ({"model_dir": "/tmp/a", "config": kte.RunConfig(model_dir="/tmp/b")}, ValueError, "both set and differ"),
+        ({"model_dir": "/tmp/a", "config": kte.RunConfig(model_dir="/tmp/b")}, ValueError,
+         "^`model_dir` are set both in constructor and `RunConfig`, but with different values"),
+        ({"model_fn": lambda features, labels, mode, params, foo: None}, ValueError,
+         r"^model_fn \(<function .*\) has following not expected args: \['foo'\]$"),
     ],
 )
 def test_constructor_errors(kwargs, error, message):
@@ -48,6 +51,13 @@ def test_constructor_errors(kwargs, error, message):
     arguments.update(kwargs)
     with pytest.raises(error, match=message):
         kte.TPUEstimator(**arguments)
+
+
+def test_both_export_flags_false_fail_at_export_time_as_the_original(tmp_path):
+    estimator = kte.TPUEstimator(models.get_variable_mlp, config=kte.RunConfig(model_dir=str(tmp_path)),
+                                 train_batch_size=16, export_to_tpu=False, export_to_cpu=False)
+    with pytest.raises(ValueError, match="^One of export_to_cpu and export_to_tpu must be true.$"):
+        estimator.export_saved_model(str(tmp_path / "export"), lambda: None)
 
 
 def test_use_tpu_false_skips_batch_checks_and_model_dir_defaults_to_a_temp_dir():
@@ -106,8 +116,10 @@ def test_train_steps_validation(tmp_path):
     estimator = make(tmp_path)
     with pytest.raises(ValueError, match="one of `steps` or `max_steps` must be set"):
         estimator.train(models.input_fn)
-    with pytest.raises(ValueError, match="`steps` must be a positive integer"):
+    with pytest.raises(ValueError, match="^Must specify steps > 0, given: 0$"):
         estimator.train(models.input_fn, steps=0)
+    with pytest.raises(TypeError, match="^Train steps must be int, got <class 'float'>$"):
+        estimator.train(models.input_fn, steps=12.3)
     with pytest.raises(ValueError, match="both steps and max_steps"):
         estimator.train(models.input_fn, steps=1, max_steps=2)
     with pytest.raises(TypeError, match="Write it as a `keras.callbacks.Callback`"):

@@ -69,6 +69,17 @@ def test_every_n_steps_follows_the_global_step(strategy):
     assert [step for _, step in calls][4:] == [12]
 
 
+def test_every_n_steps_is_for_the_tpu_path_only():
+    # The original's CPU path (use_tpu=False) ran host_call as a hook at every step.
+    calls = []
+    model = kte.EstimatorModel(
+        model_fn_with_host_call(calls), use_tpu=False, train_batch_size=32,
+        config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=4, experimental_host_call_every_n_steps=3)),
+    )
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
+    assert [step for _, step in calls] == list(range(10))
+
+
 def test_host_call_runs_in_eval_and_predict_every_step(strategy):
     calls = []
     model = make(model_fn_with_host_call(calls), strategy, k=8)

@@ -19,6 +19,9 @@ import keras_tpu_estimator as kte
 from tests import original_numbers as original
 from tests import original_programs as programs
 
+# The programs see this library through the one-line swap `tf.compat.v1.estimator` ->
+# `keras_tpu_estimator.estimator`, exactly as the original's run saw `tf.compat.v1.estimator`.
+EST = programs.estimator_namespace(kte.estimator)
 RTOL = 2e-6  # float32 results of two TensorFlow versions
 
 
@@ -34,7 +37,7 @@ def assert_close(actual, expected, rtol=RTOL, atol=1e-7):
 def estimator(program, model_dir, strategy=None):
     """The original's CPU path (`use_tpu=False`), or the strategy path under `strategy`."""
     if strategy is None:
-        return programs.build_estimator(kte, program, str(model_dir))
+        return programs.build_estimator(EST, program, str(model_dir))
     config = kte.RunConfig(
         model_dir=str(model_dir),
         tf_random_seed=programs.SEED,
@@ -71,7 +74,7 @@ def path(request):
 # ------------------------------------------------------------------ initializers once
 def test_init_from_checkpoint_in_model_fn_initialises_once(tmp_path):
     ckpt = programs.write_init_checkpoint(str(tmp_path / "init" / "model.ckpt"))
-    program = programs.init_from_checkpoint_program(kte, ckpt)
+    program = programs.init_from_checkpoint_program(EST, ckpt)
     est = trained(program, tmp_path / "model")
     expected = original.INIT_FROM_CHECKPOINT
     assert_close(est.evaluate(program.eval_input_fn, steps=program.eval_steps), expected["evaluate"])
@@ -86,7 +89,7 @@ def test_init_from_checkpoint_in_model_fn_initialises_once(tmp_path):
 def test_init_from_checkpoint_once_on_the_strategy_path(strategy, tmp_path):
     """Every row is the same, so a batch of 4 trains exactly like the original's batch of 1."""
     ckpt = programs.write_init_checkpoint(str(tmp_path / "init" / "model.ckpt"))
-    program = programs.init_from_checkpoint_program(kte, ckpt)
+    program = programs.init_from_checkpoint_program(EST, ckpt)
     program = type(program)(**{**vars(program), "train_batch_size": 4, "eval_batch_size": 4,
                                "predict_batch_size": 4})
     est = trained(program, tmp_path / "model", strategy)
@@ -102,7 +105,7 @@ def test_init_from_checkpoint_once_on_the_strategy_path(strategy, tmp_path):
 
 # ------------------------------------------------------------------ only what is fetched runs
 def test_a_train_op_built_in_every_mode_runs_only_in_training(strategy, tmp_path):
-    program = programs.unfetched_train_op_program(kte)
+    program = programs.unfetched_train_op_program(EST)
     expected = original.UNFETCHED_TRAIN_OP
     est = trained(program, tmp_path, strategy)
     results = [est.evaluate(program.eval_input_fn, steps=program.eval_steps) for _ in range(3)]
@@ -115,7 +118,7 @@ def test_a_train_op_built_in_every_mode_runs_only_in_training(strategy, tmp_path
 
 
 def test_a_stateful_op_runs_only_when_fetched(strategy, tmp_path):
-    program = programs.counter_program(kte)
+    program = programs.counter_program(EST)
     expected = original.COUNTER
     est = trained(program, tmp_path, strategy)
 
@@ -133,7 +136,7 @@ def test_a_stateful_op_runs_only_when_fetched(strategy, tmp_path):
 
 def test_keras_counter_model_sees_the_same(strategy):
     """The Keras face: fit, evaluate and predict never run the unfetched `assign_add`."""
-    program = programs.counter_program(kte)
+    program = programs.counter_program(EST)
     model = kte.EstimatorModel(
         program.model_fn, strategy=strategy, train_batch_size=4, eval_batch_size=4,
         predict_batch_size=4, steps_per_execution=3,
@@ -158,7 +161,7 @@ def _scalar_events(logdir):
 
 
 def test_evaluate_returns_and_writes_every_eval_metric(path, tmp_path):
-    program = programs.eval_metrics_program(kte)
+    program = programs.eval_metrics_program(EST)
     expected = original.EVAL_METRICS
     est = trained(program, tmp_path, path)
     result = est.evaluate(program.eval_input_fn, steps=program.eval_steps)
@@ -173,7 +176,7 @@ def test_evaluate_returns_and_writes_every_eval_metric(path, tmp_path):
 
 
 def test_evaluate_and_predict_without_a_checkpoint_run_initialised_variables(path, tmp_path, caplog):
-    program = programs.eval_metrics_program(kte)
+    program = programs.eval_metrics_program(EST)
     expected = original.NO_CHECKPOINT
     est = estimator(program, tmp_path, path)
     with caplog.at_level(logging.INFO):
@@ -187,7 +190,7 @@ def test_evaluate_and_predict_without_a_checkpoint_run_initialised_variables(pat
 
 
 def test_eval_metric_ops_run_on_the_cpu_path(tmp_path):
-    program = programs.eval_metric_ops_program(kte)
+    program = programs.eval_metric_ops_program(EST)
     est = trained(program, tmp_path / "cpu")
     assert_close(est.evaluate(program.eval_input_fn, steps=program.eval_steps),
                  original.EVAL_METRIC_OPS_CPU["evaluate"])
@@ -200,7 +203,7 @@ def test_eval_metric_ops_run_on_the_cpu_path(tmp_path):
 
 
 def test_evaluate_loss_is_the_mean_of_the_steps_losses(tmp_path):
-    program = programs.partial_eval_loss_program(kte)
+    program = programs.partial_eval_loss_program(EST)
     expected = original.PARTIAL_EVAL_LOSS
     est = trained(program, tmp_path)
     assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"])
@@ -209,7 +212,7 @@ def test_evaluate_loss_is_the_mean_of_the_steps_losses(tmp_path):
 # ------------------------------------------------------------------ metrics, Keras, BERT
 @pytest.mark.parametrize("fetch_metric", [False, True])
 def test_tf1_metrics_in_a_training_model_fn(fetch_metric, strategy, tmp_path):
-    program = programs.metrics_in_train_program(kte, fetch_metric=fetch_metric)
+    program = programs.metrics_in_train_program(EST, fetch_metric=fetch_metric)
     expected = original.METRICS_IN_TRAIN["fetched" if fetch_metric else "created_only"]
     est = trained(program, tmp_path, strategy)
     for name, value in expected.items():
@@ -224,7 +227,7 @@ def trained_like_the_original(est, program, expected):
 
 
 def test_a_keras_model_built_in_model_fn_keeps_its_names(strategy, tmp_path):
-    program = programs.keras_in_model_fn_program(kte)
+    program = programs.keras_in_model_fn_program(EST)
     expected = original.KERAS_IN_MODEL_FN
     est = trained(program, tmp_path, strategy)
     assert est.get_variable_names() == sorted(expected["variables"])
@@ -233,7 +236,7 @@ def test_a_keras_model_built_in_model_fn_keeps_its_names(strategy, tmp_path):
 
 def test_keras_batch_norm_updates_run_only_if_fetched_as_in_the_original(strategy, tmp_path):
     """The original's Keras layers kept their updates out of UPDATE_OPS: the statistics stay put."""
-    program = programs.keras_batch_norm_program(kte)
+    program = programs.keras_batch_norm_program(EST)
     expected = original.KERAS_BATCH_NORM
     est = trained(program, tmp_path, strategy)
     for name in ("batch_normalization/moving_mean", "batch_normalization/moving_variance"):
@@ -245,7 +248,7 @@ def test_keras_batch_norm_updates_run_only_if_fetched_as_in_the_original(strateg
 
 def test_exponential_moving_average_equals_the_original(path, tmp_path):
     """ResNet/EfficientNet-style EMA in train_op: the shadow variables train as the original's."""
-    program = programs.moving_average_program(kte)
+    program = programs.moving_average_program(EST)
     expected = original.MOVING_AVERAGE
     est = trained(program, tmp_path, path)
     assert est.get_variable_names() == sorted(expected["variables"])
@@ -254,7 +257,7 @@ def test_exponential_moving_average_equals_the_original(path, tmp_path):
 
 def test_bert_like_program_equals_the_original_and_a_session_loop(tmp_path):
     ckpt = programs.write_bert_checkpoint(str(tmp_path / "init" / "bert.ckpt"))
-    program = programs.bert_like_program(kte, ckpt)
+    program = programs.bert_like_program(EST, ckpt)
     expected = original.BERT_LIKE
     est = trained(program, tmp_path / "model")
     session = programs.bert_session_loop(ckpt)
@@ -272,7 +275,7 @@ def test_bert_like_program_equals_the_original_and_a_session_loop(tmp_path):
 def test_bert_like_program_on_replicas_trains_the_same_weights(mirrored, tmp_path):
     """4 replicas: same weights; the weighted metrics see exactly the real rows."""
     ckpt = programs.write_bert_checkpoint(str(tmp_path / "init" / "bert.ckpt"))
-    program = programs.bert_like_program(kte, ckpt)
+    program = programs.bert_like_program(EST, ckpt)
     expected = original.BERT_LIKE
     est = trained(program, tmp_path / "model", mirrored)
     for name, value in expected["variables"].items():

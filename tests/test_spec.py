@@ -44,22 +44,23 @@ def test_varargs_and_dict_host_calls_are_accepted():
 def test_session_run_hooks_get_a_porting_hint():
     with pytest.raises(TypeError, match="Write it as a `keras.callbacks.Callback`"):
         kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, training_hooks=[tf.compat.v1.train.SessionRunHook()])
-    with pytest.raises(TypeError, match="must be `keras.callbacks.Callback` instances"):
+    with pytest.raises(TypeError, match="^All hooks must be SessionRunHook instances, given: <object.*Callback objects"):
         kte.TPUEstimatorSpec(kte.ModeKeys.EVAL, evaluation_hooks=[object()])
     spec = kte.TPUEstimatorSpec(kte.ModeKeys.PREDICT, prediction_hooks=[keras.callbacks.History()])
     assert len(spec.prediction_hooks) == 1
 
 
-def test_bad_mode_and_scaffold_fn_are_rejected():
-    with pytest.raises(ValueError, match="`mode` must be one of"):
-        kte.TPUEstimatorSpec("predict")
+def test_mode_is_not_checked_and_a_bad_scaffold_fn_is_rejected():
+    assert kte.TPUEstimatorSpec(None).mode is None  # as the original
     with pytest.raises(TypeError, match="`scaffold_fn` must be callable"):
         kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, scaffold_fn=3)
 
 
-def test_estimator_spec_rejects_chief_hooks():
-    with pytest.raises(ValueError, match="training_chief_hooks returned by EstimatorSpec is not supported"):
-        kte.EstimatorSpec(kte.ModeKeys.TRAIN, training_chief_hooks=[keras.callbacks.History()])
+def test_estimator_spec_chief_hooks_fail_when_training_as_on_the_original_tpu_path():
+    spec = kte.EstimatorSpec(kte.ModeKeys.TRAIN, loss=T[0], train_op=tf.no_op(),
+                             training_chief_hooks=[tf.compat.v1.train.SessionRunHook()])
+    with pytest.raises(ValueError, match=r"^training_chief_hooks returned by EstimatorSpec is not supported in TPUEstimator\.If"):
+        check_spec(spec, kte.ModeKeys.TRAIN, model_fn)
 
 
 def model_fn():
@@ -69,12 +70,19 @@ def model_fn():
 @pytest.mark.parametrize(
     "spec, mode, error, message",
     [
-        ({"loss": 1}, "train", TypeError, r"model_fn` \(model_fn\) must return a TPUEstimatorSpec"),
-        (kte.TPUEstimatorSpec("train"), "train", ValueError, "without `loss` in mode 'train'"),
-        (kte.TPUEstimatorSpec("eval", loss=T), "eval", ValueError, "non-scalar loss"),
-        (kte.TPUEstimatorSpec("infer"), "infer", ValueError, "without `predictions`"),
+        ({"loss": 1}, "train", ValueError, r"^model_fn should return an EstimatorSpec. `model_fn` \(model_fn\)"),
+        (kte.TPUEstimatorSpec("train"), "train", ValueError, "^Missing loss. .*in mode 'train'"),
+        (kte.TPUEstimatorSpec("eval", loss=T), "eval", ValueError, "^Loss must be scalar, given: "),
+        (kte.TPUEstimatorSpec("infer"), "infer", ValueError, "^Missing predictions. "),
+        (kte.TPUEstimatorSpec("train", loss=T[0], train_op="op"), "train", TypeError,
+         "^train_op must be Operation or Tensor, given: op$"),
     ],
 )
 def test_check_spec_names_the_problem(spec, mode, error, message):
     with pytest.raises(error, match=message):
         check_spec(spec, mode, model_fn)
+
+
+def test_a_loss_of_shape_one_is_reshaped_to_a_scalar():
+    spec = check_spec(kte.TPUEstimatorSpec("eval", loss=tf.constant([2.0])), "eval", model_fn)
+    assert spec.loss.shape.rank == 0 and float(spec.loss) == 2.0

@@ -25,11 +25,23 @@ def test_per_replica_batch_size():
 
 
 def test_context_describes_the_replicas(mirrored):
-    context = kte.TPUContext(mirrored, kte.ModeKeys.TRAIN, 16)
+    context = kte.TPUContext(mirrored, kte.ModeKeys.TRAIN, 16, call_from_input_fn=True)
     assert context.num_replicas == 4 and context.num_hosts == 1
     assert context.num_of_replicas_per_host == 4 and context.current_host == 0
-    assert context.current_input_fn_deployment() == ("/device:CPU:0", 0, 1)
+    # The original (2.15) returned (device, invocation index, invocations, replicas fed).
+    assert context.current_input_fn_deployment() == ("/device:CPU:0", 0, 1, 4)
     assert context.is_running_on_tpu is False
+
+
+def test_context_members_only_where_the_original_allowed_them(mirrored):
+    in_model_fn = kte.TPUContext(mirrored, kte.ModeKeys.TRAIN, 16)
+    in_input_fn = kte.TPUContext(mirrored, kte.ModeKeys.TRAIN, 16, call_from_input_fn=True)
+    assert in_model_fn.device_assignment is None
+    for call in (in_model_fn.current_input_fn_deployment, lambda: in_model_fn.current_host):
+        with pytest.raises(RuntimeError, match="^This TPUContext instance must not be called from model_fn.$"):
+            call()
+    with pytest.raises(RuntimeError, match="^This TPUContext instance must not be called from input_fn.$"):
+        in_input_fn.device_assignment  # noqa: B018
 
 
 # ------------------------------------------------------------------ TPU resolution order
