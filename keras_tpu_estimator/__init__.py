@@ -43,7 +43,14 @@ from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.padding import padding_mask
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
 from keras_tpu_estimator.strategy import TPUContext, resolve_strategy
-from keras_tpu_estimator.tpu_estimator import ExportSavedModelApiVersion, TPUEstimator
+from keras_tpu_estimator.tpu_estimator import (
+    BatchConfig,
+    ExportSavedModelApiVersion,
+    TPUEstimator,
+    export_estimator_savedmodel,
+    inference_on_tpu,
+    model_fn_inference_on_tpu,
+)
 from keras_tpu_estimator.variables import NewVariableAfterBuildError
 
 _compat.check_versions()
@@ -51,6 +58,7 @@ _compat.check_versions()
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchConfig",
     "CheckpointSaver",
     "EstimatorModel",
     "EstimatorSpec",
@@ -73,7 +81,10 @@ __all__ = [
     "checkpoint_step",
     "estimator",
     "export",
+    "export_estimator_savedmodel",
+    "inference_on_tpu",
     "legacy_layers",
+    "model_fn_inference_on_tpu",
     "padding_mask",
     "parse_iterations_per_loop",
     "resolve_strategy",

@@ -26,7 +26,12 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_tpu_estimator.checkpoints import CheckpointKeeper, write_checkpoint
+from keras_tpu_estimator.checkpoints import (
+    CheckpointKeeper,
+    WarmStartSettings,
+    restore_checkpoint,
+    write_checkpoint,
+)
 from keras_tpu_estimator.config import check_positive_int
 from keras_tpu_estimator.export import export_saved_model
 from keras_tpu_estimator.strategy import any_worker, is_chief
@@ -314,3 +319,40 @@ class SavedModelExporter(keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         if not self.exports or self._last_step != self.model.global_step:
             self._export()
+
+
+class RestoreOrWarmStart(keras.callbacks.Callback):
+    """Before the first execution: restore `checkpoint`, else apply warm-start settings.
+
+    What each `TPUEstimator` call does before running, as the Estimator's
+    session creation restored the latest checkpoint or warm-started.
+
+    Example:
+
+    ```python
+    model.fit(input_fn, callbacks=[RestoreOrWarmStart(tf.train.latest_checkpoint(model_dir), None)])
+    ```
+    """
+
+    def __init__(self, checkpoint: str | None, warm_start: WarmStartSettings | None):
+        super().__init__()
+        self._checkpoint = checkpoint
+        self._warm_start = warm_start
+
+    def _restore(self) -> None:
+        variables = self.model.checkpoint_variables
+        if self._checkpoint:
+            optimizer = [name for name in variables if name.startswith("keras_optimizer/")]
+            restore_checkpoint(self._checkpoint, variables, allow_missing=optimizer)
+        elif self._warm_start is not None:
+            names = self._warm_start.apply(variables)
+            _log.info("Warm-started %d variables from %s.", len(names), self._warm_start.ckpt_to_initialize_from)
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._restore()
+
+    def on_test_begin(self, logs: dict | None = None) -> None:
+        self._restore()
+
+    def on_predict_begin(self, logs: dict | None = None) -> None:
+        self._restore()

@@ -289,7 +289,6 @@ def as_warm_start_settings(value: str | WarmStartSettings | None) -> WarmStartSe
         return value
     if isinstance(value, (str, os.PathLike)):
         return WarmStartSettings(os.fspath(value))
-    raise TypeError(
-        "`warm_start_from` must be a checkpoint path or WarmStartSettings. "
-        f"Received: {type(value).__name__}"
+    raise ValueError(
+        f"warm_start_from must be a string or a WarmStartSettings, instead got {type(value)}"
     )

@@ -8,13 +8,16 @@ documented as ignored.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import json
+import inspect
 import os
 import re
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from keras_tpu_estimator.tf_config import cluster_settings, read_tf_config
 
 
 class InputPipelineConfig:
@@ -46,7 +49,9 @@ class IterationsPerLoop(NamedTuple):
     unit: str
 
 
-_ITERATIONS_PER_LOOP = re.compile(r"(?P<value>[1-9]\d*)(?P<unit>[smh]?)")
+# The original's pattern, `re.match`ed: `$` also matches before a final newline, and its
+# character class `[s|m|h]` takes `|` as a count suffix.
+_ITERATIONS_PER_LOOP = re.compile(r"^(?P<value>[1-9]\d*)((?P<unit>[s|m|h])$|$)")
 _TIME_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -61,7 +66,7 @@ def parse_iterations_per_loop(value: int | str) -> IterationsPerLoop:
     >>> parse_iterations_per_loop("2m")
     IterationsPerLoop(value=120, unit='seconds')
     """
-    match = _ITERATIONS_PER_LOOP.fullmatch(str(value))
+    match = _ITERATIONS_PER_LOOP.match(str(value))
     if match is None:
         raise ValueError(
             "Invalid TPUConfig `iterations_per_loop` value. Value must be positive integer value "
@@ -70,7 +75,7 @@ def parse_iterations_per_loop(value: int | str) -> IterationsPerLoop:
             f"`3600s`, `60m`, `1h`. Received: {value!r}"
         )
     number, unit = int(match.group("value")), match.group("unit")
-    if not unit:
+    if unit not in _TIME_UNITS:
         return IterationsPerLoop(number, "count")
     return IterationsPerLoop(number * _TIME_UNITS[unit], "seconds")
 
@@ -98,23 +103,39 @@ def check_positive_int(name: str, value: Any, allow_none: bool = True) -> None:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
-@dataclasses.dataclass(frozen=True)
-class TPUConfig:
-    """TPU-specific settings, with TPUEstimator's defaults.
+_TPU_CONFIG_FIELDS = (
+    "iterations_per_loop",
+    "num_shards",
+    "num_cores_per_replica",
+    "per_host_input_for_training",
+    "tpu_job_name",
+    "initial_infeed_sleep_secs",
+    "input_partition_dims",
+    "eval_training_input_configuration",
+    "experimental_host_call_every_n_steps",
+    "experimental_allow_per_host_v2_parallel_get_next",
+    "experimental_feed_hook",
+)
+
+
+class TPUConfig(collections.namedtuple("TPUConfig", _TPU_CONFIG_FIELDS)):
+    """TPU-specific settings: a namedtuple with TPUEstimator's defaults and checks.
 
     Args:
         iterations_per_loop: Steps per device execution (an int), or a
             duration string (`"30s"`) to size executions by time.
-        num_shards: Expected replica count; checked against the strategy.
-        num_cores_per_replica: Model parallelism: None or 1 (more is not supported).
+        num_shards: Expected replica count; must equal the strategy's.
+        num_cores_per_replica: Model parallelism: None or 1 here (larger
+            values pass this constructor, as in the original, and are refused
+            when a model is built on the TPU path).
         per_host_input_for_training: `True` (stored as PER_HOST_V1, as the
             original did), `False` (PER_SHARD_V1) or an `InputPipelineConfig` value.
         eval_training_input_configuration: `PER_HOST_V1` or `SLICED`.
-        experimental_host_call_every_n_steps: host_call frequency in training.
+        experimental_host_call_every_n_steps: host_call frequency in TPU-path training.
         tpu_job_name: Defaults to TF_CONFIG's `service.tpu_worker_job_name`.
         initial_infeed_sleep_secs, input_partition_dims,
         experimental_allow_per_host_v2_parallel_get_next, experimental_feed_hook:
-            accepted and ignored.
+            checked as the original did, otherwise unused.
 
     Example:
 
@@ -123,73 +144,59 @@ class TPUConfig:
     ```
     """
 
-    iterations_per_loop: int | str = 2
-    num_shards: int | None = None
-    num_cores_per_replica: int | None = None
-    per_host_input_for_training: Any = True
-    tpu_job_name: str | None = None
-    initial_infeed_sleep_secs: int | None = None
-    input_partition_dims: Any = None
-    eval_training_input_configuration: int = InputPipelineConfig.PER_HOST_V1
-    experimental_host_call_every_n_steps: int = 1
-    experimental_allow_per_host_v2_parallel_get_next: bool = False
-    experimental_feed_hook: Any = None
-
-    def __post_init__(self) -> None:
-        parse_iterations_per_loop(self.iterations_per_loop)
-        if self.num_shards is not None:
-            check_positive_integer(self.num_shards, "TPUConfig num_shards")
-        dims = self.input_partition_dims
-        if dims is not None:
-            if len(dims) not in (1, 2):
+    def __new__(
+        cls,
+        iterations_per_loop: int | str = 2,
+        num_shards: int | None = None,
+        num_cores_per_replica: int | None = None,
+        per_host_input_for_training: Any = True,
+        tpu_job_name: str | None = None,
+        initial_infeed_sleep_secs: int | None = None,
+        input_partition_dims: Any = None,
+        eval_training_input_configuration: int = InputPipelineConfig.PER_HOST_V1,
+        experimental_host_call_every_n_steps: int = 1,
+        experimental_allow_per_host_v2_parallel_get_next: bool = False,
+        experimental_feed_hook: Any = None,
+    ) -> TPUConfig:
+        parse_iterations_per_loop(iterations_per_loop)
+        if num_shards is not None:
+            check_positive_integer(num_shards, "TPUConfig num_shards")
+        if input_partition_dims is not None:
+            if len(input_partition_dims) not in (1, 2):
                 raise ValueError("input_partition_dims must be a list/tuple with one or two elements.")
-            if self.per_host_input_for_training is not InputPipelineConfig.PER_HOST_V2:
+            if per_host_input_for_training is not InputPipelineConfig.PER_HOST_V2:
                 raise ValueError("input_partition_dims is only supported in PER_HOST_V2 mode.")
-            if self.num_cores_per_replica is None:
+            if num_cores_per_replica is None:
                 raise ValueError("input_partition_dims requires setting num_cores_per_replica.")
-        cores = self.num_cores_per_replica
-        if cores is not None and cores not in (1, 2, 4, 8, 16, 32, 64, 128):
-            raise ValueError(f"num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; got {cores}")
-        if self.eval_training_input_configuration not in (
-            InputPipelineConfig.PER_HOST_V1,
-            InputPipelineConfig.SLICED,
-        ):
+        if num_cores_per_replica is not None and num_cores_per_replica not in (1, 2, 4, 8, 16, 32, 64, 128):
+            raise ValueError(
+                f"num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; got {num_cores_per_replica}"
+            )
+        if eval_training_input_configuration not in (InputPipelineConfig.PER_HOST_V1, InputPipelineConfig.SLICED):
             raise ValueError(
                 "eval_training_input_configuration must be PER_HOST_V1 or SLICED; got "
-                f"{self.eval_training_input_configuration}"
+                f"{eval_training_input_configuration}"
             )
-        if self.per_host_input_for_training is False:
-            object.__setattr__(self, "per_host_input_for_training", InputPipelineConfig.PER_SHARD_V1)
-        elif self.per_host_input_for_training is True:
-            object.__setattr__(self, "per_host_input_for_training", InputPipelineConfig.PER_HOST_V1)
-        if self.initial_infeed_sleep_secs:
-            check_positive_integer(self.initial_infeed_sleep_secs, "TPUConfig initial_infeed_sleep_secs")
-        if not self.tpu_job_name:
-            job = _tf_config().get("service", {}).get("tpu_worker_job_name")
-            object.__setattr__(self, "tpu_job_name", job or self.tpu_job_name)
-        # What the original accepted but this library does not run: a clear error, not a silent drop.
-        if (cores or 1) > 1 or dims is not None:
-            raise ValueError(
-                "Model parallelism (`num_cores_per_replica` > 1, `input_partition_dims`) is not "
-                "supported by keras_tpu_estimator. Received: num_cores_per_replica="
-                f"{cores}, input_partition_dims={dims}. Use one core per replica, or "
-                "tf.distribute's TPUStrategy with experimental_split_to_logical_devices in Keras."
-            )
-        if self.per_host_input_for_training not in (
-            InputPipelineConfig.PER_SHARD_V1,
-            InputPipelineConfig.PER_HOST_V1,
-            InputPipelineConfig.PER_HOST_V2,
-        ):
-            raise ValueError(
-                "`per_host_input_for_training` must be True, False or one of "
-                "InputPipelineConfig.PER_SHARD_V1/PER_HOST_V1/PER_HOST_V2: keras_tpu_estimator "
-                "does not run BROADCAST. Received: "
-                f"{self.per_host_input_for_training!r}"
-            )
-        check_positive_int(
-            "experimental_host_call_every_n_steps",
-            self.experimental_host_call_every_n_steps,
-            allow_none=False,
+        if per_host_input_for_training is False:
+            per_host_input_for_training = InputPipelineConfig.PER_SHARD_V1
+        elif per_host_input_for_training is True:
+            per_host_input_for_training = InputPipelineConfig.PER_HOST_V1
+        if initial_infeed_sleep_secs:
+            check_positive_integer(initial_infeed_sleep_secs, "TPUConfig initial_infeed_sleep_secs")
+        tpu_job_name = tpu_job_name or read_tf_config().get("service", {}).get("tpu_worker_job_name")
+        return super().__new__(
+            cls,
+            iterations_per_loop,
+            num_shards,
+            num_cores_per_replica,
+            per_host_input_for_training,
+            tpu_job_name,
+            initial_infeed_sleep_secs,
+            input_partition_dims,
+            eval_training_input_configuration,
+            experimental_host_call_every_n_steps,
+            experimental_allow_per_host_v2_parallel_get_next,
+            experimental_feed_hook,
         )
 
     @property
@@ -203,72 +210,58 @@ class TPUConfig:
         return parse_iterations_per_loop(self.iterations_per_loop)
 
     def replace(self, **changes: Any) -> TPUConfig:
-        """A copy with `changes` applied (and validated)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes` applied and checked (`_replace` copies without checks, as a namedtuple)."""
+        return TPUConfig(**{**self._asdict(), **changes})
 
-    _replace = replace  # the original TPUConfig was a namedtuple
+
+def check_supported(tpu_config: TPUConfig) -> None:
+    """Refuses the TPU-path settings this library does not run, naming what to use instead.
+
+    The original accepted them in `TPUConfig`; they are refused where a model
+    is built on the strategy path (`use_tpu=True`), after the original's own checks.
+
+    Example:
+
+    >>> check_supported(TPUConfig(num_cores_per_replica=2))
+    Traceback (most recent call last):
+    ValueError: Model parallelism (`num_cores_per_replica` > 1, ...
+    """
+    cores, dims = tpu_config.num_cores_per_replica, tpu_config.input_partition_dims
+    if (cores or 1) > 1 or dims is not None:
+        raise ValueError(
+            "Model parallelism (`num_cores_per_replica` > 1, `input_partition_dims`) is not "
+            f"supported by keras_tpu_estimator. Received: num_cores_per_replica={cores}, "
+            f"input_partition_dims={dims}. Use one core per replica, or tf.distribute's "
+            "TPUStrategy with experimental_split_to_logical_devices in Keras."
+        )
+    pipelines = (InputPipelineConfig.PER_SHARD_V1, InputPipelineConfig.PER_HOST_V1, InputPipelineConfig.PER_HOST_V2)
+    if tpu_config.per_host_input_for_training not in pipelines:
+        raise ValueError(
+            "`per_host_input_for_training` must be True, False or one of "
+            "InputPipelineConfig.PER_SHARD_V1/PER_HOST_V1/PER_HOST_V2: keras_tpu_estimator "
+            f"does not run BROADCAST. Received: {tpu_config.per_host_input_for_training!r}"
+        )
+    check_positive_int(
+        "experimental_host_call_every_n_steps",
+        tpu_config.experimental_host_call_every_n_steps,
+        allow_none=False,
+    )
 
 
 _USE_DEFAULT = object()
 
 
-def _tf_config() -> dict:
-    """The TF_CONFIG environment variable, parsed (`{}` when unset)."""
-    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+def _config_proto() -> type:
+    import tensorflow as tf  # noqa: PLC0415  (config values need no TensorFlow until checked)
+
+    return tf.compat.v1.ConfigProto
 
 
-def _cluster_settings(tf_config: dict) -> dict[str, Any]:
-    """Task, masters and replica counts from TF_CONFIG, as the Estimator's RunConfig read them."""
-    cluster = tf_config.get("cluster") or {}
-    task = tf_config.get("task") or {}
-    if not cluster:
-        return {
-            "task_type": task.get("type", "worker"),
-            "task_id": int(task.get("index", 0)),
-            "master": tf_config.get("session_master", ""),
-            "evaluation_master": tf_config.get("eval_session_master", ""),
-            "is_chief": True,
-            "num_worker_replicas": 1,
-            "num_ps_replicas": 0,
-            "global_id_in_cluster": 0,
-            "cluster_spec": {},
-        }
-    chief = "master" if "master" in cluster else "chief"
-    task_type, task_id = task.get("type"), int(task.get("index", 0))
-    if task_type not in cluster and task_type != "evaluator":
-        raise ValueError(
-            f"TF_CONFIG's task type {task_type!r} is not one of its cluster's jobs {sorted(cluster)}."
-        )
-    if task_type == "evaluator":
-        return {
-            "task_type": task_type,
-            "task_id": task_id,
-            "master": "",
-            "evaluation_master": tf_config.get("eval_session_master", ""),
-            "is_chief": False,
-            "num_worker_replicas": 0,
-            "num_ps_replicas": 0,
-            "global_id_in_cluster": None,
-            "cluster_spec": {},
-        }
-    addresses = cluster[task_type]
-    single_node = len(cluster) == 1 and len(next(iter(cluster.values()))) == 1
-    master = tf_config.get(
-        "session_master", "" if single_node else f"grpc://{addresses[task_id]}"
-    )
-    ordered = [chief] + sorted(job for job in cluster if job not in (chief, "ps", "evaluator"))
-    ranks = [(job, i) for job in ordered for i in range(len(cluster.get(job, [])))]
-    return {
-        "task_type": task_type,
-        "task_id": task_id,
-        "master": master,
-        "evaluation_master": "",
-        "is_chief": task_type == chief,
-        "num_worker_replicas": len(cluster.get("worker", [])) + len(cluster.get(chief, [])),
-        "num_ps_replicas": len(cluster.get("ps", [])),
-        "global_id_in_cluster": ranks.index((task_type, task_id)) if task_type != "ps" else None,
-        "cluster_spec": cluster,
-    }
+def _argument_names(fn: Any) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def _check_at_least(config: Any, name: str, bound: int, strict: bool = False) -> None:
@@ -346,6 +339,7 @@ class RunConfig:
     num_ps_replicas: int = dataclasses.field(init=False, default=0)
     global_id_in_cluster: int | None = dataclasses.field(init=False, default=0)
     cluster_spec: dict = dataclasses.field(init=False, default_factory=dict, repr=False)
+    service: dict | None = dataclasses.field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         steps, secs = self.save_checkpoints_steps, self.save_checkpoints_secs
@@ -359,7 +353,7 @@ class RunConfig:
             raise ValueError("`save_checkpoints_steps` and `save_checkpoints_secs` cannot be both set.")
         object.__setattr__(self, "save_checkpoints_steps", steps)
         object.__setattr__(self, "save_checkpoints_secs", secs)
-        tf_config = _tf_config()
+        tf_config = read_tf_config()
         self._set_model_dir(tf_config.get("model_dir"))
         for name, bound, strict in (
             ("save_summary_steps", 0, False),
@@ -375,6 +369,15 @@ class RunConfig:
             raise ValueError("tf_random_seed must be integer.")
         if self.protocol not in (None, "grpc", "grpc+verbs"):
             raise ValueError("protocol should be grpc or grpc+verbs")
+        if self.session_config is not None and not isinstance(self.session_config, _config_proto()):
+            raise ValueError("session_config must be instance of ConfigProto")
+        if self.device_fn is not None and not (
+            callable(self.device_fn) and _argument_names(self.device_fn) == ["op"]
+        ):
+            raise ValueError('device_fn must be callable with exactly one argument "op".')
+        delay = self.experimental_max_worker_delay_secs
+        if delay is not None and not isinstance(delay, int):
+            raise ValueError("experimental_max_worker_delay_secs must be an integer if set.")
         if self.tpu_config is None:
             object.__setattr__(self, "tpu_config", TPUConfig())
         elif not isinstance(self.tpu_config, TPUConfig):
@@ -382,7 +385,7 @@ class RunConfig:
                 "`tpu_config` must be a keras_tpu_estimator.TPUConfig. Received: "
                 f"{type(self.tpu_config).__name__}"
             )
-        settings = _cluster_settings(tf_config)
+        settings = cluster_settings(tf_config)
         master, evaluation_master = settings.pop("master"), settings.pop("evaluation_master")
         for name, value in settings.items():
             object.__setattr__(self, name, value)
@@ -417,17 +420,55 @@ class RunConfig:
         object.__setattr__(self, "model_dir", model_dir)
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with `changes` applied (and validated), with the Estimator's checkpoint rule.
+        """A copy with `changes` applied (and validated), as the Estimator's `replace`.
 
-        Setting one of `save_checkpoints_steps` / `save_checkpoints_secs` to a
-        value clears the other; setting both to values is an error.
+        Only the Estimator's replaceable properties (and `tpu_config`) may
+        change. Setting one of `save_checkpoints_steps` / `save_checkpoints_secs`
+        to a value clears the other; setting both to values is an error.
+
+        Example:
+
+        ```python
+        config = config.replace(save_checkpoints_steps=500)
+        ```
         """
+        for key in changes:
+            if key not in _REPLACEABLE and key != "tpu_config":
+                raise ValueError(
+                    f"Replacing {key} is not supported. Allowed properties are {list(_REPLACEABLE)}."
+                )
         steps, secs = "save_checkpoints_steps", "save_checkpoints_secs"
-        if steps in changes and secs not in changes and changes[steps] is not None:
+        if steps in changes and secs in changes:
+            if changes[steps] is not None and changes[secs] is not None:
+                raise ValueError("`save_checkpoints_steps` and `save_checkpoints_secs` cannot be both set.")
+        elif steps in changes and changes[steps] is not None:
             changes[secs] = None
-        elif secs in changes and steps not in changes and changes[secs] is not None:
+        elif secs in changes and changes[secs] is not None:
             changes[steps] = None
         current = {
             field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.init
         }
+        if self.cluster is not None:
+            current["master"] = None  # derived from the cluster again
         return RunConfig(**{**current, **changes})
+
+
+_REPLACEABLE = (
+    "model_dir",
+    "tf_random_seed",
+    "save_summary_steps",
+    "save_checkpoints_steps",
+    "save_checkpoints_secs",
+    "session_config",
+    "keep_checkpoint_max",
+    "keep_checkpoint_every_n_hours",
+    "log_step_count_steps",
+    "train_distribute",
+    "device_fn",
+    "protocol",
+    "eval_distribute",
+    "experimental_distribute",
+    "experimental_max_worker_delay_secs",
+    "session_creation_timeout_secs",
+    "checkpoint_save_graph_def",
+)

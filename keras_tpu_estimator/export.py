@@ -5,10 +5,16 @@ here (`kte.export.PredictOutput`, ...). `export_saved_model` exports as the Esti
 TF1 graph it calls the user's `serving_input_receiver_fn` (which may build
 `tf.compat.v1.placeholder`s) and `model_fn` in PREDICT mode, restores the
 TF1-named checkpoint, and writes a `{serve}` MetaGraph and, for TPU serving,
-a `{serve, tpu}` MetaGraph (the model wrapped in `tf.compat.v1.tpu.rewrite`
-for API V1, or called with `params['use_tpu']=True` for V2). Variables are
-saved once. The SavedModel is written under a temporary name and renamed
-when complete.
+a `{serve, tpu}` MetaGraph. For API V1 the whole `model_fn` runs on the TPU
+through `inference.model_fn_inference_on_tpu` (a TPU rewrite inside a
+function called by a `TPUPartitionedCall`, as TPUEstimator did); for V2
+`model_fn` is called with `params['use_tpu']=True` and puts its TPU part
+there itself (`inference.model_fn_inference_on_tpu` or
+`inference.inference_on_tpu`, optionally behind a batching op). Variables
+are saved once. The SavedModel is written under a temporary name and renamed
+when complete; its path has the type of `export_dir_base` (str or bytes).
+`export_estimator_savedmodel` exports a trained estimator's `model_fn` for
+CPU and TPU serving whatever that estimator's own export options.
 """
 
 from __future__ import annotations
@@ -25,11 +31,14 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.checkpoints import resolve_checkpoint_path
+from keras_tpu_estimator.inference import model_fn_inference_on_tpu
 from keras_tpu_estimator.inputs import function_args
 from keras_tpu_estimator.legacy import model_fn_scope
 from keras_tpu_estimator.serving import (
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
     ClassificationOutput,
+    ExportOutput,
     PredictOutput,
     RegressionOutput,
     ServingInputReceiver,
@@ -45,20 +54,28 @@ _log = logging.getLogger("keras_tpu_estimator")
 SERVE, TPU = tf.saved_model.SERVING, "tpu"
 
 
-_EXPORT_OUTPUT_TYPES = (PredictOutput, ClassificationOutput, RegressionOutput)
-
-
 def _export_outputs(spec: Any) -> dict:
+    """The spec's export outputs, checked and completed as the Estimator's `get_export_outputs` did.
+
+    `None` (or `{}`) exports the predictions as `serving_default`; a single
+    output is also made `serving_default`; several need one under that key.
+    """
     outputs = spec.export_outputs
     if not outputs:
         return {DEFAULT_SERVING_SIGNATURE_DEF_KEY: PredictOutput(spec.predictions)}
-    for key, output in outputs.items():
-        if not isinstance(output, _EXPORT_OUTPUT_TYPES):
+    if not isinstance(outputs, Mapping):
+        raise TypeError(f"`export_outputs` must be dict, received: {outputs}.")
+    if not all(isinstance(output, ExportOutput) for output in outputs.values()):
+        raise TypeError(
+            f"Values in `export_outputs` must be ExportOutput objects, received: {outputs}. "
+            "Use keras_tpu_estimator.export's PredictOutput, ClassificationOutput or RegressionOutput."
+        )
+    if DEFAULT_SERVING_SIGNATURE_DEF_KEY not in outputs:
+        if len(outputs) > 1:
             raise ValueError(
-                "`export_output` must be have type `ClassificationOutput`, `RegressionOutput`, or "
-                f"`PredictOutput`; got {output!r} under {key!r}. Use keras_tpu_estimator's classes."
+                "Multiple `export_outputs` were provided, but none of them are specified as the "
+                "default. Use`tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY` to specify a default."
             )
-    if DEFAULT_SERVING_SIGNATURE_DEF_KEY not in outputs and len(outputs) == 1:
         outputs = {DEFAULT_SERVING_SIGNATURE_DEF_KEY: next(iter(outputs.values())), **outputs}
     return dict(outputs)
 
@@ -127,22 +144,12 @@ def _build_supervised_graph(
     return graph, {mode: signature}, saver, local_init
 
 
-def _rebuild(output: Any, tensors: list) -> Any:
-    """`output` with its tensors replaced by `tensors` (the outputs of `tpu.rewrite`)."""
-    if isinstance(output, PredictOutput):
-        return PredictOutput(dict(zip(sorted(output.outputs), tensors, strict=True)))
-    if isinstance(output, ClassificationOutput):
-        values = dict(zip(sorted(output.outputs), tensors, strict=True))
-        return ClassificationOutput(values.get("scores"), values.get("classes"))
-    return RegressionOutput(tensors[0])
-
-
 def _build_graph(
     model_fn: ModelFn,
     receiver_fn: Callable[[], Any],
     params: dict,
     config: Any,
-    tpu_rewrite: bool,
+    whole_model_on_tpu: bool,
 ) -> tuple[tf.Graph, dict, Any]:
     """Builds the serving graph; returns it, its signature map and a Saver by TF1 name."""
     graph = tf.Graph()
@@ -154,24 +161,12 @@ def _build_graph(
                 f"TensorServingInputReceiver. Received: {type(receiver).__name__}"
             )
         tf.compat.v1.train.get_or_create_global_step()
-        if not tpu_rewrite:
+        if not whole_model_on_tpu:
             outputs = _export_outputs(_call_model_fn(model_fn, receiver.features, params, config))
         else:
-            flat = tf.nest.flatten(receiver.features)
-            structure: dict = {}
-
-            def computation(*inputs: Any) -> list:
-                features = tf.nest.pack_sequence_as(receiver.features, list(inputs))
-                built = _export_outputs(_call_model_fn(model_fn, features, params, config))
-                structure.update(built)
-                return [t for key in sorted(built) for _, t in sorted(built[key].outputs.items())]
-
-            results = tf.compat.v1.tpu.rewrite(computation, flat)
-            outputs, start = {}, 0
-            for key in sorted(structure):
-                count = len(structure[key].outputs)
-                outputs[key] = _rebuild(structure[key], results[start : start + count])
-                start += count
+            with _compat.keras_layer_variables_named_by_path(), _compat.fresh_keras_auto_names():
+                spec = model_fn_inference_on_tpu(model_fn, receiver.features, None, config, params)
+            outputs = _export_outputs(spec)
         signatures = {key: output.as_signature_def(receiver.receiver_tensors) for key, output in outputs.items()}
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
         saver = tf.compat.v1.train.Saver(variables, sharded=True, allow_empty=True)
@@ -206,6 +201,20 @@ def _quiet_tensorflow_logs() -> Iterator[None]:
         logger.setLevel(level)
 
 
+_PathLike = str | bytes | os.PathLike
+"""What `export_dir_base` may be; the export path is returned as `bytes` for `bytes`, else `str`."""
+
+
+def _fspath(name: str, path: Any) -> str | bytes:
+    """`os.fspath(path)`, with a TypeError naming `name` for what is not a path."""
+    try:
+        return os.fspath(path)
+    except TypeError:
+        raise TypeError(
+            f"`{name}` must be a str, bytes or os.PathLike path. Received: {name}={path!r}"
+        ) from None
+
+
 def _unique_export_dir(export_dir_base: str) -> str:
     stamp = int(time.time())
     while tf.io.gfile.exists(os.path.join(export_dir_base, str(stamp))):
@@ -214,7 +223,7 @@ def _unique_export_dir(export_dir_base: str) -> str:
 
 
 def export_saved_model(
-    export_dir_base: str,
+    export_dir_base: _PathLike,
     serving_input_receiver_fn: Callable[[], Any],
     model_fn: ModelFn,
     checkpoint: str,
@@ -226,11 +235,12 @@ def export_saved_model(
     assets_extra: Mapping[str, str] | None = None,
     as_text: bool = False,
     mode: str = ModeKeys.PREDICT,
-) -> str:
+) -> str | bytes:
     """Writes a SavedModel of `model_fn` at `checkpoint` under a new timestamped directory.
 
     Args:
-        export_dir_base: Parent directory; the export goes to `<base>/<unix time>`.
+        export_dir_base: Parent directory (str, bytes or os.PathLike); the
+            export goes to `<base>/<unix time>`.
         serving_input_receiver_fn: Returns a `ServingInputReceiver`.
         model_fn: The user's `model_fn`, called in PREDICT mode.
         checkpoint: A TF1-named checkpoint prefix.
@@ -238,8 +248,10 @@ def export_saved_model(
         config: `RunConfig` passed to `model_fn` when it takes one.
         export_to_cpu: Write the `serve` MetaGraph.
         export_to_tpu: Write the `serve, tpu` MetaGraph.
-        api_version: 1 wraps the model in `tf.compat.v1.tpu.rewrite`; 2 calls
-            `model_fn` with `params['use_tpu']=True` and leaves TPU calls to it.
+        api_version: 1 runs the whole model on the TPU, in a TPU partitioned
+            call (`inference.model_fn_inference_on_tpu`); 2 calls
+            `model_fn` with `params['use_tpu']=True` and leaves TPU calls to it
+            (`inference.model_fn_inference_on_tpu`, `inference.inference_on_tpu`).
         assets_extra: `{destination under assets.extra: source path}` to copy in.
         as_text: Write `saved_model.pbtxt`.
         mode: PREDICT (serving); TRAIN or EVAL write one CPU MetaGraph tagged
@@ -247,7 +259,11 @@ def export_saved_model(
             of the same name (`loss`, `metrics/<name>/value|update_op`).
 
     Returns:
-        The export directory.
+        The export directory as `bytes`, as the original returned it.
+
+    Raises:
+        TypeError: `export_dir_base` is not a path.
+        ValueError: neither MetaGraph is asked for, or `mode` is unknown.
 
     Example:
 
@@ -255,7 +271,11 @@ def export_saved_model(
     path = export_saved_model("/tmp/export", receiver_fn, model_fn, "/tmp/m/model.ckpt-100")
     tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
     ```
+
+    Differences from TPUEstimator: it returned `bytes` for a `str` base too.
     """
+    returns_bytes = isinstance(_fspath("export_dir_base", export_dir_base), bytes)
+    export_dir_base = os.fsdecode(export_dir_base)
     if not (export_to_cpu or export_to_tpu):
         raise ValueError("One of export_to_cpu and export_to_tpu must be true.")
     if mode not in (ModeKeys.PREDICT, ModeKeys.TRAIN, ModeKeys.EVAL):
@@ -277,16 +297,85 @@ def export_saved_model(
                 _write_supervised(temporary, serving_input_receiver_fn, model_fn, checkpoint, params,
                                   config, mode, as_text)
         for destination, source in (assets_extra or {}).items():
-            target = os.path.join(temporary, "assets.extra", destination)
+            target = os.path.join(temporary, "assets.extra", os.fsdecode(_fspath("assets_extra", destination)))
             tf.io.gfile.makedirs(os.path.dirname(target))
-            tf.io.gfile.copy(source, target, overwrite=True)
+            tf.io.gfile.copy(os.fsdecode(_fspath("assets_extra", source)), target, overwrite=True)
         tf.io.gfile.rename(temporary, final)
     except BaseException:
         if tf.io.gfile.exists(temporary):
             shutil.rmtree(temporary, ignore_errors=True)
         raise
     _log.info("Exported SavedModel to %s.", final)
-    return final
+    return os.fsencode(final) if returns_bytes else final
+
+
+def export_estimator_savedmodel(
+    estimator: Any,
+    export_dir_base: _PathLike,
+    serving_input_receiver_fn: Callable[[], Any],
+    assets_extra: Mapping[str, str] | None = None,
+    as_text: bool = False,
+    checkpoint_path: str | None = None,
+) -> str | bytes:
+    """Exports a trained estimator's `model_fn` for CPU and TPU serving.
+
+    Writes what a `TPUEstimator(use_tpu=True)` with the default export options
+    writes, whatever the export options of `estimator`: a `{serve}` MetaGraph
+    (`params['use_tpu']=False`) and a `{serve, tpu}` MetaGraph (API V1: the
+    whole `model_fn` in `inference.model_fn_inference_on_tpu`), from the
+    latest checkpoint in the estimator's `model_dir` or from `checkpoint_path`.
+
+    Args:
+        estimator: A `TPUEstimator` (or an object with its `_model_fn`,
+            `_params`, `_config`, `model_dir` and `latest_checkpoint()`).
+        export_dir_base: Parent directory (str, bytes or os.PathLike) of the
+            timestamped export directory.
+        serving_input_receiver_fn: Returns a `ServingInputReceiver` or
+            `TensorServingInputReceiver`.
+        assets_extra: `{destination under assets.extra: source path}` to copy in.
+        as_text: Write `saved_model.pbtxt`.
+        checkpoint_path: A checkpoint prefix or directory; `None` for the latest
+            checkpoint in the estimator's `model_dir`.
+
+    Returns:
+        The export directory as `bytes`, as the original returned it.
+
+    Raises:
+        ValueError: there is no checkpoint to export.
+
+    Example:
+
+    ```python
+    path = export_estimator_savedmodel(estimator, "/tmp/export", serving_input_receiver_fn)
+    tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
+    ```
+
+    Differences from TPUEstimator: `model_fn` gets the estimator's own
+    `RunConfig` (TPUEstimator made a new one with only `model_dir`).
+    """
+    _fspath("export_dir_base", export_dir_base)
+    if not serving_input_receiver_fn:
+        raise ValueError("An input_receiver_fn must be defined.")
+    checkpoint = resolve_checkpoint_path(checkpoint_path) if checkpoint_path else estimator.latest_checkpoint()
+    if checkpoint is None:
+        raise ValueError(
+            f"Couldn't find trained model at {estimator.model_dir}. Train the estimator first, "
+            "or pass checkpoint_path."
+        )
+    path = export_saved_model(
+        export_dir_base,
+        serving_input_receiver_fn,
+        estimator._model_fn,
+        checkpoint,
+        params=estimator._params,
+        config=estimator._config,
+        export_to_cpu=True,
+        export_to_tpu=True,
+        api_version=1,
+        assets_extra=assets_extra,
+        as_text=as_text,
+    )
+    return os.fsencode(path)  # the original's type, whatever the base's
 
 
 def _params(params: Mapping[str, Any] | None, use_tpu: bool) -> dict:
@@ -309,7 +398,7 @@ def _write(
     """Writes the SavedModel's MetaGraphs and variables into `temporary`."""
     builder = tf.compat.v1.saved_model.Builder(temporary)
     graph, signatures, saver = _build_graph(
-        model_fn, serving_input_receiver_fn, _params(params, False), config, tpu_rewrite=False
+        model_fn, serving_input_receiver_fn, _params(params, False), config, whole_model_on_tpu=False
     )
     with graph.as_default(), _restore(graph, saver, checkpoint) as session:
         if export_to_cpu:
@@ -324,7 +413,8 @@ def _write(
             _compat.mark_variables_saved(builder)
     if export_to_tpu:
         graph, signatures, saver = _build_graph(
-            model_fn, serving_input_receiver_fn, _params(params, True), config, tpu_rewrite=api_version == 1
+            model_fn, serving_input_receiver_fn, _params(params, True), config,
+            whole_model_on_tpu=api_version == 1,
         )
         with graph.as_default():
             builder.add_meta_graph([SERVE, TPU], signature_def_map=signatures, saver=saver, strip_default_attrs=True)
@@ -365,5 +455,6 @@ __all__ = [
     "build_parsing_serving_input_receiver_fn",
     "build_raw_serving_input_receiver_fn",
     "build_raw_supervised_input_receiver_fn",
+    "export_estimator_savedmodel",
     "export_saved_model",
 ]

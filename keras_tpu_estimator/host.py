@@ -47,10 +47,10 @@ def check_batch_major(name: str, tensors: Sequence[Any], keys: list[str] | None)
                 "structures are not supported: pass a flat list or dict of tensors."
             )
         if tensor.shape.rank == 0:
-            raise ValueError(
-                f"{label} is a scalar ({tensor}). Tensors outfed to the host must keep a batch "
-                "dimension so they can be concatenated across replicas: use "
-                "`tf.reshape(t, [1])` for a scalar."
+            raise RuntimeError(
+                "All tensors outfed from TPU should preserve batch size dimension, but got scalar "
+                f"{tensor}. {label} must keep a batch dimension so it can be concatenated across "
+                "replicas: use `tf.reshape(t, [1])` for a scalar."
             )
 
 
@@ -206,6 +206,7 @@ class HostMetrics:
             isinstance(pair, (tuple, list)) and len(pair) == 2 for pair in result.values()
         ):
             raise TypeError(
+                f"eval_metric_ops must be a dict, given: {result}. "
                 "metric_fn must return a dict {name: (value, update_op)} built from "
                 "tf.compat.v1.metrics.*, or a dict {name: keras.metrics.Metric}. "
                 f"Received: {result!r}"

@@ -14,7 +14,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_tpu_estimator.spec import InputFn
+from keras_tpu_estimator.config import InputPipelineConfig
+from keras_tpu_estimator.spec import InputFn, ModeKeys
 
 Element = tuple  # (features, labels or None)
 
@@ -33,7 +34,7 @@ def split_element(element: Any) -> Element:
         return element
     if isinstance(element, tuple):
         raise ValueError(
-            "An input element that is a tuple must be `(features, labels)`. "
+            "input_fn should return (features, labels) as a len 2 tuple. "
             f"Received a tuple of {len(element)} items. Return a dict of features, "
             "or a (features, labels) pair."
         )
@@ -46,15 +47,18 @@ def call_input_fn(
     params: dict,
     config: Any,
     input_context: tf.distribute.InputContext | None = None,
+    use_tpu: bool = False,
 ) -> tf.data.Dataset:
     """Calls `input_fn` with the arguments it declares; returns a `tf.data.Dataset`.
 
     `params` must be a fresh dict for this call (the caller copies it).
-    Tensors (the TF1 style) become a dataset that repeats them.
+    Tensors (the TF1 style) become a dataset that repeats them, except where
+    the original required a dataset on the TPU path (`PER_HOST_V2`, PREDICT).
 
     Raises:
         ValueError: `input_fn` has no `params` argument.
-        TypeError: it returned something that is neither a dataset nor tensors.
+        TypeError: it returned something that is neither a dataset nor tensors,
+            or tensors where the original's TPU path required a dataset.
     """
     args = function_args(input_fn)
     if "params" not in args:
@@ -72,6 +76,10 @@ def call_input_fn(
     result = input_fn(**kwargs)
     if isinstance(result, tf.data.Dataset):
         return result
+    if use_tpu and config.tpu_config.per_host_input_for_training == InputPipelineConfig.PER_HOST_V2:
+        raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
+    if use_tpu and mode == ModeKeys.PREDICT:
+        raise TypeError("For mode PREDICT, `input_fn` must return `Dataset` instead of `features` and `labels`.")
     try:
         return tf.data.Dataset.from_tensors(result).repeat()
     except (TypeError, ValueError) as error:

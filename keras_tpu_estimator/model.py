@@ -22,15 +22,36 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.config import RunConfig, check_supported
 from keras_tpu_estimator.legacy import per_replica_collections
 from keras_tpu_estimator.loop import make_loop_function
-from keras_tpu_estimator.model_fn import ModelFnRunner, check_model_fn
-from keras_tpu_estimator.spec import ModeKeys, ModelFn
+from keras_tpu_estimator.model_fn import ModelFnRunner
+from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_model_fn
 from keras_tpu_estimator.strategy import num_workers, resolve_strategy
 from keras_tpu_estimator.trainer import EstimatorTrainer
 
 _log = logging.getLogger(__name__)
+
+
+class NonFiniteVariableError(FloatingPointError, tf.errors.InvalidArgumentError):
+    """A trainable variable holds NaN or Inf after an execution.
+
+    Both a `FloatingPointError` (Keras' habit) and the original's
+    `tf.errors.InvalidArgumentError` ("Gradient for ... is NaN"), so code that
+    caught either keeps working.
+
+    Example:
+
+    ```python
+    try:
+        estimator.train(input_fn, max_steps=1000)
+    except tf.errors.InvalidArgumentError as error:  # or FloatingPointError
+        print(error.message)
+    ```
+    """
+
+    def __init__(self, message: str):
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
 
 
 class EstimatorModel(EstimatorTrainer, keras.Model):
@@ -112,12 +133,15 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
             else:
                 strategy = resolve_strategy(use_tpu, config.master, config.cluster)
         num_shards = config.tpu_config.num_shards
+        if use_tpu:
+            check_supported(config.tpu_config)
         if use_tpu and num_shards and num_shards != strategy.num_replicas_in_sync:
-            _log.warning(
-                "TPUConfig.num_shards=%d but the strategy has %d replicas; using %d.",
-                num_shards,
-                strategy.num_replicas_in_sync,
-                strategy.num_replicas_in_sync,
+            raise ValueError(
+                "TPUConfig.num_shards is not set correctly. According to TPU system metadata for "
+                f"Tensorflow master ({config.master}): num_replicas should be "
+                f"({strategy.num_replicas_in_sync}), got ({num_shards}). For non-model-parallelism, "
+                "num_replicas should be the total num of TPU cores in the system. Leave "
+                "num_shards as None, or set it to the strategy's replicas."
             )
         self._distribute_strategy = strategy
         self._multi_worker = num_workers(strategy) > 1
@@ -278,12 +302,13 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
         return [v for v in self.trainable_variables if v.value.dtype.is_floating]
 
     def _check_variables_finite(self, finite: Any) -> None:
-        """Raises FloatingPointError naming the first trainable variable with NaN or Inf."""
+        """Raises `NonFiniteVariableError` naming the first trainable variable with NaN or Inf."""
         names = {id(v): name for name, v in self._runner.store.variables_by_name.items()}
         checked = self._finite_checked_variables()
         bad = [names.get(id(v), v.path) for v, ok in zip(checked, finite.numpy(), strict=False) if not ok]
-        raise FloatingPointError(
-            f"Trainable variable '{bad[0]}' holds NaN or Inf after the execution ending at global "
+        raise NonFiniteVariableError(
+            f"Gradient for {bad[0]} is NaN: trainable variable '{bad[0]}' holds NaN or Inf after the "
+            "execution ending at global "
             f"step {self.global_step} ({len(bad)} bad in all: {bad[:5]}). Training stopped "
             "before any callback ran, so no checkpoint holds these weights. Check the input "
             "for NaN/Inf, lower the learning rate, or clip gradients."

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import logging
 from typing import Any
 
@@ -46,67 +45,24 @@ from keras_tpu_estimator.inputs import (
 from keras_tpu_estimator.legacy import model_fn_scope, summary_names
 from keras_tpu_estimator.metric_ops import EvalMetricOps
 from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
-from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, ModelFn, TPUEstimatorSpec, check_spec
+from keras_tpu_estimator.spec import (
+    EstimatorSpec,
+    ModeKeys,
+    ModelFn,
+    TPUEstimatorSpec,
+    check_model_fn,
+    check_params,
+    check_spec,
+)
 from keras_tpu_estimator.strategy import TPUContext, num_workers, per_replica_batch_size
 from keras_tpu_estimator.variables import VariableStore
 
 _log = logging.getLogger(__name__)
-RESERVED_PARAMS_KEYS = ("batch_size", "context")
 BATCH_ARG = {
     ModeKeys.TRAIN: "train_batch_size",
     ModeKeys.EVAL: "eval_batch_size",
     ModeKeys.PREDICT: "predict_batch_size",
 }
-
-
-def check_params(params: Any) -> dict:
-    """Returns a copy of `params`, or raises the seed's reserved-key ValueError."""
-    params = dict(params or {})
-    reserved = [key for key in RESERVED_PARAMS_KEYS if key in params]
-    if reserved:
-        raise ValueError(
-            f"{list(RESERVED_PARAMS_KEYS)} are reserved keys but existed in params "
-            f"{params}. Remove {reserved} from params: the batch size comes from "
-            "train_batch_size/eval_batch_size/predict_batch_size."
-        )
-    return params
-
-
-def check_model_fn(model_fn: Any) -> None:
-    """Raises the seed's errors for a `model_fn` that is not callable or lacks `params`."""
-    if not callable(model_fn):
-        raise TypeError(f"`model_fn` must be callable. Received: {model_fn!r}")
-    if "params" not in function_args(model_fn):
-        raise ValueError(
-            f"model_fn ({model_fn}) does not include params argument, required by "
-            "TPUEstimator to pass batch size as params['batch_size']. Add a `params` argument."
-        )
-
-
-_VALID_MODEL_FN_ARGS = frozenset({"features", "labels", "mode", "params", "self", "config"})
-
-
-def verify_model_fn_args(model_fn: Any, params: dict | None) -> None:
-    """The Estimator constructor's `model_fn` checks, with its messages (ValueError).
-
-    `model_fn` must take `features`, take `params` when params are given, and
-    take nothing beyond `features, labels, mode, params, config` (and `self`).
-    """
-    try:
-        parameters = inspect.signature(model_fn).parameters.values()
-    except (TypeError, ValueError):
-        parameters = ()
-    args = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    if "features" not in args:
-        raise ValueError(f"model_fn ({model_fn}) must include features argument.")
-    if params is not None and "params" not in args:
-        raise ValueError(
-            f"model_fn ({model_fn}) does not include params argument, but params ({params}) "
-            "is passed to Estimator."
-        )
-    unexpected = list(args - _VALID_MODEL_FN_ARGS)
-    if unexpected:
-        raise ValueError(f"model_fn ({model_fn}) has following not expected args: {unexpected}")
 
 
 _SCAFFOLD_PARTS = ("init_op", "init_fn", "local_init_op", "ready_op", "saver")
@@ -182,12 +138,13 @@ class ModelFnRunner:
         self.metric_ops = EvalMetricOps(None, use_tpu, None)
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
-        """A fresh copy of params for one call: `batch_size` (per replica), `use_tpu`, `context`."""
+        """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""
         params = copy.deepcopy(self.params)
         global_batch = self.global_batch.get(mode)
         if global_batch is not None:
             params["batch_size"] = global_batch // self.num_replicas
-        params["use_tpu"] = self.use_tpu
+        if not for_input_fn:  # as the original: only model_fn is told
+            params["use_tpu"] = self.use_tpu
         if self.use_tpu:
             params["context"] = TPUContext(
                 self.strategy, mode, global_batch, input_context, call_from_input_fn=for_input_fn
@@ -296,8 +253,8 @@ class ModelFnRunner:
             if spec.train_op is None:
                 if self._owner.optimizer is None:
                     raise ValueError(
-                        "`model_fn` returned no `train_op` in TRAIN mode and the model has "
-                        "no optimizer. Return `train_op=optimizer.minimize(loss, "
+                        "Missing train_op. `model_fn` returned no `train_op` in TRAIN mode and "
+                        "the model has no optimizer. Return `train_op=optimizer.minimize(loss, "
                         "global_step=...)`, or pass a Keras optimizer: "
                         "`EstimatorModel(..., optimizer=keras.optimizers.Adam())`."
                     )
@@ -337,7 +294,18 @@ class ModelFnRunner:
                     f"TPUEstimatorSpec.predictions[{key!r}] must be a Tensor. Received: "
                     f"{type(tensor).__name__}."
                 )
-            if tensor.shape.rank == 0 or tensor.shape[0] != rows:
+            if tensor.shape.rank != 0 and tensor.shape[0] is None:
+                raise ValueError(
+                    f"The tensor with key ({key}) in TPUEstimatorSpec.predictions has dynamic shape "
+                    f"(should be static). Tensor: {tensor}. Predictions must be batch-major with "
+                    f"the static batch of params['batch_size'] ({rows})."
+                )
+            if tensor.shape.rank != 0 and tensor.shape[0] != rows:
+                raise ValueError(
+                    f"Batch length of predictions should be same. {key} has different batch length "
+                    f"than others. Its shape is {tensor.shape}; params['batch_size'] is {rows}."
+                )
+            if tensor.shape.rank == 0:
                 raise ValueError(
                     f"The tensor with key ({key}) in TPUEstimatorSpec.predictions must be "
                     f"batch-major with a static first dimension of params['batch_size'] "
@@ -508,7 +476,7 @@ class ModelFnRunner:
 
         def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
             params = self.params_for(mode, input_context, for_input_fn=True)
-            dataset = call_input_fn(x, mode, params, self.config, input_context)
+            dataset = call_input_fn(x, mode, params, self.config, input_context, self.use_tpu)
             self._check_batch(static_batch_size(dataset.element_spec), per_replica, partial, "input_fn")
             if pad:
                 replicas = 1
@@ -529,6 +497,13 @@ class ModelFnRunner:
     def _check_batch(static: int | None, expected: int, partial: bool, source: str) -> None:
         if static is None or static == expected or (partial and static < expected):
             return
+        if partial:  # the original's runtime check, made when the static batch shows it
+            raise tf.errors.InvalidArgumentError(
+                None,
+                None,
+                "The real batch size should not be greater than batch_size. "
+                f"{source} returned batches of {static} rows, but params['batch_size'] is {expected}.",
+            )
         raise ValueError(
             f"{source} returned batches of {static} rows, but params['batch_size'] is "
             f"{expected}" + (" (the real batch size should not be greater than batch_size)" if partial else "")

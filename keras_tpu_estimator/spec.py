@@ -66,8 +66,8 @@ def check_host_call(name: str, host_call: Any) -> None:
         )
     if len(host_call) != 2:
         raise ValueError(
-            f"{name} should have two elements: `({name}_fn, tensors)`. "
-            f"Received {len(host_call)} elements."
+            f"{name} should have two elements. Pass `({name}_fn, tensors)`; "
+            f"received {len(host_call)} elements."
         )
     fn, tensors = host_call
     if not callable(fn):
@@ -114,6 +114,65 @@ def check_hooks(name: str, hooks: Sequence[Any] | None) -> tuple:
             )
             raise TypeError(f"{original}. keras_tpu_estimator takes keras.callbacks.Callback objects.")
     return hooks
+
+
+RESERVED_PARAMS_KEYS = ("batch_size", "context")
+
+
+def _argument_names(fn: Any, named_only: bool = False) -> list[str]:
+    """`fn`'s parameter names (without `*args` / `**kwargs` when `named_only`); [] if unknown."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    skipped = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) if named_only else ()
+    return [p.name for p in parameters if p.kind not in skipped]
+
+
+def check_params(params: Any) -> dict:
+    """Returns a copy of `params`, or raises the seed's reserved-key ValueError."""
+    params = dict(params or {})
+    reserved = [key for key in RESERVED_PARAMS_KEYS if key in params]
+    if reserved:
+        raise ValueError(
+            f"{list(RESERVED_PARAMS_KEYS)} are reserved keys but existed in params "
+            f"{params}. Remove {reserved} from params: the batch size comes from "
+            "train_batch_size/eval_batch_size/predict_batch_size."
+        )
+    return params
+
+
+def check_model_fn(model_fn: Any) -> None:
+    """Raises the seed's errors for a `model_fn` that is not callable or lacks `params`."""
+    if not callable(model_fn):
+        raise TypeError(f"`model_fn` must be callable. Received: {model_fn!r}")
+    if "params" not in _argument_names(model_fn):
+        raise ValueError(
+            f"model_fn ({model_fn}) does not include params argument, required by "
+            "TPUEstimator to pass batch size as params['batch_size']. Add a `params` argument."
+        )
+
+
+_VALID_MODEL_FN_ARGS = frozenset({"features", "labels", "mode", "params", "self", "config"})
+
+
+def verify_model_fn_args(model_fn: Any, params: dict | None) -> None:
+    """The Estimator constructor's `model_fn` checks, with its messages (ValueError).
+
+    `model_fn` must take `features`, take `params` when params are given, and
+    take nothing beyond `features, labels, mode, params, config` (and `self`).
+    """
+    args = set(_argument_names(model_fn, named_only=True))
+    if "features" not in args:
+        raise ValueError(f"model_fn ({model_fn}) must include features argument.")
+    if params is not None and "params" not in args:
+        raise ValueError(
+            f"model_fn ({model_fn}) does not include params argument, but params ({params}) "
+            "is passed to Estimator."
+        )
+    unexpected = list(args - _VALID_MODEL_FN_ARGS)
+    if unexpected:
+        raise ValueError(f"model_fn ({model_fn}) has following not expected args: {unexpected}")
 
 
 _SPEC_FIELDS = (
@@ -179,21 +238,14 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS))
     ) -> TPUEstimatorSpec:
         check_host_call("eval_metrics", eval_metrics)
         check_host_call("host_call", host_call)
-        if scaffold_fn is not None and not callable(scaffold_fn):
-            raise TypeError(f"`scaffold_fn` must be callable. Received: {scaffold_fn!r}")
+        hooks = [check_hooks(name, value) for name, value in (
+            ("training_hooks", training_hooks),
+            ("evaluation_hooks", evaluation_hooks),
+            ("prediction_hooks", prediction_hooks),
+        )]
+        predictions, loss = _check_fields(mode, predictions, loss, train_op, export_outputs)
         return super().__new__(
-            cls,
-            mode,
-            predictions,
-            loss,
-            train_op,
-            eval_metrics,
-            export_outputs,
-            scaffold_fn,
-            host_call,
-            check_hooks("training_hooks", training_hooks),
-            check_hooks("evaluation_hooks", evaluation_hooks),
-            check_hooks("prediction_hooks", prediction_hooks),
+            cls, mode, predictions, loss, train_op, eval_metrics, export_outputs, scaffold_fn, host_call, *hooks
         )
 
     def as_estimator_spec(self) -> EstimatorSpec:
@@ -275,8 +327,12 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIEL
         evaluation_hooks: Sequence[Any] | None = None,
         prediction_hooks: Sequence[Any] | None = None,
     ) -> EstimatorSpec:
+        predictions, loss = _check_fields(mode, predictions, loss, train_op, export_outputs)
         if scaffold is not None and not isinstance(scaffold, tf.compat.v1.train.Scaffold):
             raise TypeError(f"scaffold must be tf.train.Scaffold. Given: {scaffold}")
+        for hook in training_chief_hooks or ():
+            if not isinstance(hook, tf.compat.v1.train.SessionRunHook | keras.callbacks.Callback):
+                raise TypeError(f"All hooks must be SessionRunHook instances, given: {hook}")
         return super().__new__(
             cls,
             mode,
@@ -291,6 +347,71 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIEL
             check_hooks("evaluation_hooks", evaluation_hooks),
             check_hooks("prediction_hooks", prediction_hooks),
         )
+
+    def _replace(self, **changes: Any) -> EstimatorSpec:
+        """A copy with `changes`; the mode cannot change (the Estimator's rule)."""
+        if "mode" in changes and changes["mode"] != self.mode:
+            raise ValueError("mode of EstimatorSpec cannot be changed.")
+        return super()._replace(**changes)
+
+
+def _check_graph(name: str, tensor: Any) -> None:
+    """The Estimator's error for a tensor of another graph than the one `model_fn` builds."""
+    graph = getattr(tensor, "graph", None)
+    if graph is None or tf.executing_eagerly() or graph is tf.compat.v1.get_default_graph():
+        return
+    raise ValueError(
+        f'{name} with "{tensor.name}" must be from the default graph. Possible causes of this '
+        f"error include: \n\n1) {name} was created outside the context of the default graph."
+        "\n\n2) The object passed through to EstimatorSpec was not created in the most recent "
+        'call to "model_fn".'
+    )
+
+
+def _is_tensor(value: Any) -> bool:
+    return tf.is_tensor(value) or isinstance(value, tf.Variable | tf.distribute.DistributedValues)
+
+
+def _check_fields(mode: Any, predictions: Any, loss: Any, train_op: Any, export_outputs: Any) -> tuple:
+    """The Estimator's spec checks, with its messages: `(predictions, loss)` (a `[1]` loss reshaped).
+
+    A TRAIN spec without `train_op` is accepted here: this library trains it
+    with the model's Keras optimizer, and raises "Missing train_op." when the
+    model has none.
+    """
+    if train_op is not None:
+        if not (isinstance(train_op, tf.Operation) or _is_tensor(train_op)):
+            raise TypeError(f"train_op must be Operation or Tensor, given: {train_op}")
+        _check_graph("train_op", train_op)
+    if loss is None:
+        if mode in (ModeKeys.TRAIN, ModeKeys.EVAL):
+            raise ValueError("Missing loss.")
+    else:
+        if not _is_tensor(loss):
+            raise TypeError(f"loss must be Tensor, given: {loss}")
+        if loss.shape.num_elements() not in (None, 1):
+            raise ValueError(f"Loss must be scalar, given: {loss}")
+        if loss.shape.rank not in (0, None) and tf.is_tensor(loss):
+            loss = tf.reshape(loss, [])
+        _check_graph("loss", loss)
+    if predictions is None:
+        if mode == ModeKeys.PREDICT:
+            raise ValueError("Missing predictions.")
+    elif isinstance(predictions, dict):
+        for key, value in predictions.items():
+            if not _is_tensor(value):
+                raise TypeError(f"predictions[{key}] must be Tensor, given: {value}")
+            _check_graph("prediction values", value)
+    elif not _is_tensor(predictions):
+        raise TypeError(f"predictions must be Tensor, given: {predictions}")
+    if mode == ModeKeys.PREDICT and export_outputs is not None:
+        if not isinstance(export_outputs, dict):
+            raise TypeError(f"`export_outputs` must be dict, received: {export_outputs}.")
+        if not all(hasattr(output, "as_signature_def") for output in export_outputs.values()):
+            raise TypeError(
+                f"Values in `export_outputs` must be ExportOutput objects, received: {export_outputs}."
+            )
+    return predictions, loss
 
 
 def _check_eval_metric_ops(eval_metric_ops: Any) -> dict:

@@ -13,6 +13,7 @@ import logging
 import os
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
@@ -184,14 +185,14 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int, name: str)
     >>> per_replica_batch_size(16, 4, "train_batch_size")
     4
     """
-    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int):
+    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int | np.integer):
         raise ValueError(f"`{name}` must be a positive integer. Received: {global_batch_size!r}")
     if global_batch_size <= 0:
         raise ValueError(f"`{name}` must be a positive integer. Received: {global_batch_size}")
     if global_batch_size % num_replicas:
-        raise ValueError(
-            f"`{name}` must be divisible by the number of replicas ({num_replicas}). "
-            f"Received: {name}={global_batch_size}. Use a multiple of {num_replicas}."
+        raise ValueError(  # the original's text first (tpu_context.py)
+            f"{name.replace('_', ' ')} {global_batch_size} must be divisible by number of replicas "
+            f"{num_replicas}. Set `{name}` to a multiple of {num_replicas}."
         )
     return global_batch_size // num_replicas
 

@@ -9,12 +9,11 @@ with `StopAtStep`, `CheckpointSaver`, `StepSummaries` and `StepLogger`.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
+import math
 import os
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,22 +21,52 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu_estimator.callbacks import CheckpointSaver, StepLogger, StepSummaries, StopAtStep
+from keras_tpu_estimator.callbacks import (
+    CheckpointSaver,
+    RestoreOrWarmStart,
+    StepLogger,
+    StepSummaries,
+    StopAtStep,
+)
 from keras_tpu_estimator.checkpoints import (
     WarmStartSettings,
     as_warm_start_settings,
     checkpoint_step,
     resolve_checkpoint_path,
-    restore_checkpoint,
 )
-from keras_tpu_estimator.config import RunConfig, check_positive_integer
-from keras_tpu_estimator.export import export_saved_model
+from keras_tpu_estimator.config import (
+    InputPipelineConfig,
+    RunConfig,
+    check_positive_integer,
+    check_supported,
+)
+from keras_tpu_estimator.export import export_estimator_savedmodel, export_saved_model
+from keras_tpu_estimator.inference import BatchConfig, inference_on_tpu, model_fn_inference_on_tpu
 from keras_tpu_estimator.model import EstimatorModel
-from keras_tpu_estimator.model_fn import check_params, verify_model_fn_args
-from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn, check_hooks
-from keras_tpu_estimator.strategy import is_chief, num_workers
+from keras_tpu_estimator.spec import (
+    InputFn,
+    ModeKeys,
+    ModelFn,
+    TPUEstimatorSpec,
+    check_hooks,
+    check_params,
+    verify_model_fn_args,
+)
+from keras_tpu_estimator.strategy import is_chief
+from keras_tpu_estimator.worker_errors import sharing_worker_errors
 
 _log = logging.getLogger("keras_tpu_estimator")
+
+# What `tensorflow_estimator.python.estimator.tpu.tpu_estimator` offered, for `from ... import tpu_estimator`.
+__all__ = [
+    "BatchConfig",
+    "ExportSavedModelApiVersion",
+    "TPUEstimator",
+    "TPUEstimatorSpec",
+    "export_estimator_savedmodel",
+    "inference_on_tpu",
+    "model_fn_inference_on_tpu",
+]
 
 
 class ExportSavedModelApiVersion(enum.Enum):
@@ -45,55 +74,6 @@ class ExportSavedModelApiVersion(enum.Enum):
 
     V1 = 1
     V2 = 2
-
-
-_ABORTED = (
-    tf.errors.UnavailableError,
-    tf.errors.AbortedError,
-    tf.errors.CancelledError,
-    tf.errors.DeadlineExceededError,
-)
-
-
-@contextlib.contextmanager
-def _sharing_worker_errors(model_dir: str, strategy: tf.distribute.Strategy) -> Iterator[None]:
-    """Under several workers, the error that ended one worker ends the others too.
-
-    A failing worker writes its error to `model_dir/worker_errors/`; a worker
-    whose collectives were aborted because a peer died re-raises with the
-    peer's error, so every process reports the original cause.
-    """
-    if num_workers(strategy) == 1:
-        yield
-        return
-    folder = os.path.join(model_dir, "worker_errors")
-    resolver = strategy.cluster_resolver
-    own = os.path.join(folder, f"{resolver.task_type}-{resolver.task_id}.txt")
-    tf.io.gfile.makedirs(folder)
-    if tf.io.gfile.exists(own):
-        tf.io.gfile.remove(own)
-    try:
-        yield
-    except Exception as error:
-        if not isinstance(error, _ABORTED):
-            with tf.io.gfile.GFile(own, "w") as report:
-                report.write(f"{type(error).__name__}: {error}")
-            raise
-        peers: list[str] = []
-        deadline = time.monotonic() + 5.0
-        while not peers and time.monotonic() < deadline:
-            peers = [p for p in tf.io.gfile.glob(os.path.join(folder, "*.txt")) if p != own]
-            time.sleep(0.2)
-        if not peers:
-            raise
-        reports = {}
-        for path in sorted(peers):
-            with tf.io.gfile.GFile(path) as report:
-                reports[os.path.basename(path)[:-4]] = report.read().strip()
-        raise RuntimeError(
-            f"Training stopped because another worker failed: {reports}. "
-            "This worker's collectives were aborted."
-        ) from error
 
 
 class TPUEstimator:
@@ -124,7 +104,7 @@ class TPUEstimator:
     ```
 
     Differences from TPUEstimator: `hooks` are Keras callbacks; the reported
-    loss averages over replicas; `config.log_step_count_steps` is left as given.
+    loss averages over replicas.
     """
 
     def __init__(
@@ -160,11 +140,32 @@ class TPUEstimator:
                 check_positive_integer(eval_batch_size, "eval_batch_size")
             if predict_batch_size is not None:
                 check_positive_integer(predict_batch_size, "predict_batch_size")
+        pipeline = config.tpu_config.per_host_input_for_training
+        if use_tpu and pipeline == InputPipelineConfig.PER_SHARD_V1 and config.tpu_config.num_cores_per_replica:
+            raise ValueError(
+                "Model parallelism only supports per host input for training. Please adjust "
+                "TPURunconfig.per_host_input_for_training."
+            )
+        if use_tpu and embedding_config_spec and pipeline not in (
+            InputPipelineConfig.PER_HOST_V1,
+            InputPipelineConfig.PER_HOST_V2,
+        ):
+            raise ValueError(
+                f"Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got {pipeline}."
+            )
+        if (
+            not (use_tpu and eval_on_tpu)
+            and embedding_config_spec
+            and getattr(embedding_config_spec, "partition_strategy", None) == "mod"
+        ):
+            raise ValueError("Mod sharding of embedding tables not supported on CPU.")
         if embedding_config_spec is not None:
             raise ValueError(
                 "`embedding_config_spec` (TPU embeddings) is not supported by keras_tpu_estimator. "
                 "Use tf.tpu.experimental.embedding.TPUEmbedding inside model_fn."
             )
+        if not callable(model_fn):
+            raise TypeError(f"unsupported callable: model_fn must be a function. Received: {model_fn!r}")
         verify_model_fn_args(model_fn, params_given)
         if model_dir is not None:
             model_dir = os.fspath(model_dir)
@@ -189,7 +190,11 @@ class TPUEstimator:
         if batch_axis is not None:
             _log.warning("`batch_axis` is ignored: tf.distribute splits batches along axis 0.")
         self._model_fn = model_fn
-        self._config = config.replace(model_dir=model_dir)
+        if use_tpu:
+            check_supported(config.tpu_config)
+        # As the original: logging every `log_step_count_steps` is the facade's, not the config's.
+        self._log_every_n_steps = config.log_step_count_steps
+        self._config = config.replace(model_dir=model_dir, log_step_count_steps=None)
         self._params = params
         self._use_tpu = bool(use_tpu)
         self._eval_on_tpu = bool(eval_on_tpu)
@@ -258,6 +263,14 @@ class TPUEstimator:
         return path
 
     # ------------------------------------------------------------------ modes
+    def _check_sliced(self, on_tpu: bool) -> None:
+        sliced = self._config.tpu_config.eval_training_input_configuration == InputPipelineConfig.SLICED
+        if sliced and not on_tpu:
+            raise ValueError(
+                "Invalid TPUConfig `eval_training_input_configuration` value. SLICED mode only works "
+                "on use_tpu = True."
+            )
+
     def _model(self, use_tpu: bool) -> EstimatorModel:
         return EstimatorModel(
             self._model_fn,
@@ -301,11 +314,13 @@ class TPUEstimator:
             raise ValueError(
                 "For TPU training, one of `steps` or `max_steps` must be set. Cannot be both `None`."
             )
-        # The original checked the types on the TPU path only; its CPU path ran 13 steps for 12.3.
-        if steps is not None:
-            check_positive_integer(steps, "Train steps")
-        if max_steps is not None:
-            check_positive_integer(max_steps, "Train max_steps")
+        if self._use_tpu:
+            if steps is not None:
+                check_positive_integer(steps, "Train steps")
+            if max_steps is not None:
+                check_positive_integer(max_steps, "Train max_steps")
+        else:  # the original's CPU path stopped at the first step >= the number: 13 for 12.3
+            steps, max_steps = _whole_steps(steps), _whole_steps(max_steps)
         for listener in saving_listeners or ():
             if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
                 raise TypeError(
@@ -318,23 +333,23 @@ class TPUEstimator:
             )
         model = self._model(self._use_tpu)
         config = self._config
-        callbacks: list[keras.callbacks.Callback] = [_RestoreOrWarmStart(latest, self._warm_start)]
+        callbacks: list[keras.callbacks.Callback] = [RestoreOrWarmStart(latest, self._warm_start)]
         if steps is not None or max_steps is not None:
             callbacks.append(StopAtStep(steps=steps, max_steps=max_steps))
         callbacks.append(
             CheckpointSaver(
                 self.model_dir,
-                save_steps=config.save_checkpoints_steps,
-                save_secs=config.save_checkpoints_secs,
+                save_steps=config.save_checkpoints_steps or None,
+                save_secs=config.save_checkpoints_secs or None,
                 max_to_keep=config.keep_checkpoint_max,
                 keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
             )
         )
         if config.save_summary_steps:
             callbacks.append(StepSummaries(self.model_dir, config.save_summary_steps))
-        if config.log_step_count_steps:
-            callbacks.append(StepLogger(config.log_step_count_steps))
-        with _sharing_worker_errors(self.model_dir, model.distribute_strategy):
+        if self._log_every_n_steps:
+            callbacks.append(StepLogger(self._log_every_n_steps))
+        with sharing_worker_errors(self.model_dir, model.distribute_strategy):
             model.fit(input_fn, callbacks=callbacks + hooks, verbose=0)
         return self
 
@@ -363,13 +378,25 @@ class TPUEstimator:
         ```
         """
         hooks = check_hooks("hooks", hooks)
+        on_tpu = self._use_tpu and self._eval_on_tpu
         if steps is not None:
-            if not (self._use_tpu and self._eval_on_tpu) and steps <= 0:
+            if on_tpu:
+                check_positive_integer(steps, "Eval steps")
+            elif steps <= 0:
                 raise ValueError(f"Must specify steps > 0, given: {steps}")
-            check_positive_integer(steps, "Eval steps")
+            else:  # the original's CPU path ran until at least `steps` evaluations
+                steps = _whole_steps(steps)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"`name` must be a string (it names model_dir/eval_<name>). Received: {name!r}")
+        if on_tpu and self._batch_sizes["eval_batch_size"] is None:
+            raise ValueError(
+                "eval_batch_size in TPUEstimator constructor cannot be `None` if .evaluate is "
+                "running on TPU."
+            )
+        self._check_sliced(on_tpu)
         path = self._checkpoint_or_initialization(checkpoint_path, "evaluate")
         model = self._model(self._use_tpu and self._eval_on_tpu)
-        callbacks = [_RestoreOrWarmStart(path, self._warm_start), *hooks]
+        callbacks = [RestoreOrWarmStart(path, self._warm_start), *hooks]
         logs = model.evaluate(input_fn, steps=steps, callbacks=callbacks, verbose=0, return_dict=True)
         step = model.global_step
         if is_chief(model.distribute_strategy):
@@ -406,9 +433,15 @@ class TPUEstimator:
         ```
         """
         hooks = check_hooks("hooks", hooks)
+        if self._use_tpu and self._batch_sizes["predict_batch_size"] is None:
+            raise ValueError(
+                "predict_batch_size in TPUEstimator constructor cannot be `None` if .predict is "
+                "running on TPU."
+            )
+        self._check_sliced(self._use_tpu)
         path = self._checkpoint_or_initialization(checkpoint_path, "predict")
         model = self._model(self._use_tpu)
-        callbacks = [_RestoreOrWarmStart(path, self._warm_start), *hooks]
+        callbacks = [RestoreOrWarmStart(path, self._warm_start), *hooks]
         for batch in model.predict_batches(input_fn, callbacks=callbacks, verbose=0):
             batch = _select_keys(batch, predict_keys)
             if not yield_single_examples:
@@ -421,13 +454,13 @@ class TPUEstimator:
 
     def export_saved_model(
         self,
-        export_dir_base: str,
+        export_dir_base: str | bytes | os.PathLike,
         serving_input_receiver_fn: Any,
         assets_extra: dict | None = None,
         as_text: bool = False,
         checkpoint_path: str | None = None,
         experimental_mode: str = ModeKeys.PREDICT,
-    ) -> str:
+    ) -> bytes:
         """Exports the latest (or given) checkpoint as a SavedModel under `export_dir_base/<time>`.
 
         Writes the `serve` MetaGraph (`export_to_cpu`) and the `serve, tpu`
@@ -437,7 +470,8 @@ class TPUEstimator:
         `SupervisedInputReceiver` (with `export_to_tpu`, a warning, as before).
 
         Returns:
-            The export directory.
+            The export directory as `bytes`, as the original returned it
+            (`export_dir_base` may be str, bytes or a path).
 
         Example:
 
@@ -457,7 +491,7 @@ class TPUEstimator:
                 f"Couldn't find trained model at {self.model_dir}. Call train() first, or pass "
                 "checkpoint_path."
             )
-        return export_saved_model(
+        path = export_saved_model(
             export_dir_base,
             serving_input_receiver_fn,
             self._model_fn,
@@ -471,6 +505,7 @@ class TPUEstimator:
             as_text=as_text,
             mode=experimental_mode,
         )
+        return os.fsencode(path)  # the original returned bytes, whatever the base
 
     export_savedmodel = export_saved_model
 
@@ -489,28 +524,6 @@ def _select_keys(predictions: Any, predict_keys: Sequence[str] | str | None) -> 
     return selected
 
 
-class _RestoreOrWarmStart(keras.callbacks.Callback):
-    """Before the first execution: restore `checkpoint`, else apply warm-start settings."""
-
-    def __init__(self, checkpoint: str | None, warm_start: WarmStartSettings | None):
-        super().__init__()
-        self._checkpoint = checkpoint
-        self._warm_start = warm_start
-
-    def _restore(self) -> None:
-        variables = self.model.checkpoint_variables
-        if self._checkpoint:
-            optimizer = [name for name in variables if name.startswith("keras_optimizer/")]
-            restore_checkpoint(self._checkpoint, variables, allow_missing=optimizer)
-        elif self._warm_start is not None:
-            names = self._warm_start.apply(variables)
-            _log.info("Warm-started %d variables from %s.", len(names), self._warm_start.ckpt_to_initialize_from)
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self._restore()
-
-    def on_test_begin(self, logs: dict | None = None) -> None:
-        self._restore()
-
-    def on_predict_begin(self, logs: dict | None = None) -> None:
-        self._restore()
+def _whole_steps(steps: float | None) -> int | None:
+    """A step count of the original's CPU path: its stop hooks ran to the first step >= `steps`."""
+    return None if steps is None else math.ceil(steps)

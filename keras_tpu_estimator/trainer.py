@@ -32,6 +32,24 @@ from keras_tpu_estimator.strategy import any_worker
 _log = logging.getLogger("keras_tpu_estimator.model")
 
 
+
+class NanLossError(FloatingPointError, tf.compat.v1.train.NanLossDuringTrainingError):
+    """The training loss became NaN or Inf: the original's `NanLossDuringTrainingError`, and a
+    `FloatingPointError` for Keras code.
+
+    Example:
+
+    ```python
+    try:
+        estimator.train(input_fn, max_steps=1000)
+    except tf.compat.v1.train.NanLossDuringTrainingError as error:
+        print(error)  # "NaN loss during training. The training loss became nan ..."
+    ```
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "NaN loss during training."
+
 class EstimatorTrainer:
     """The `fit` / `evaluate` / `predict` half of `EstimatorModel` (a mixin; see `EstimatorModel`).
 
@@ -211,8 +229,9 @@ class EstimatorTrainer:
                         ModeKeys.TRAIN, function, iterator, size
                     )
                     if steps and not math.isfinite(execution_loss):
-                        raise FloatingPointError(
-                            f"The training loss became {self.last_execution_loss} in the execution "
+                        raise NanLossError(
+                            f"NaN loss during training. The training loss became "
+                            f"{self.last_execution_loss} in the execution "
                             f"ending at global step {self.global_step}. Training stopped before any "
                             "callback ran, so no checkpoint holds these weights. Check the input for "
                             "NaN/Inf, lower the learning rate, or clip gradients."

@@ -1,6 +1,9 @@
 """RunConfig, TPUConfig and iterations_per_loop parsing."""
 
+import json
+
 import pytest
+import tensorflow as tf
 
 import keras_tpu_estimator as kte
 
@@ -32,17 +35,33 @@ def test_tpu_config_defaults_follow_tpuestimator():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"per_host_input_for_training": kte.InputPipelineConfig.BROADCAST}, "does not run BROADCAST"),
-        ({"num_cores_per_replica": 2}, "Model parallelism"),
         ({"num_cores_per_replica": 3}, "num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; got 3"),
         ({"num_shards": 0}, "TPUConfig num_shards must be positive, got 0"),
-        ({"experimental_host_call_every_n_steps": 0}, "experimental_host_call_every_n_steps"),
         ({"eval_training_input_configuration": 7}, "eval_training_input_configuration"),
     ],
 )
 def test_bad_tpu_config_is_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         kte.TPUConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"per_host_input_for_training": kte.InputPipelineConfig.BROADCAST}, "does not run BROADCAST"),
+        ({"num_cores_per_replica": 2}, "Model parallelism"),
+        ({"experimental_host_call_every_n_steps": 0}, "experimental_host_call_every_n_steps"),
+    ],
+)
+def test_what_this_library_does_not_run_is_refused_when_a_tpu_path_model_is_built(kwargs, message):
+    config = kte.TPUConfig(**kwargs)  # the original's TPUConfig accepted these
+    with pytest.raises(ValueError, match=message):
+        kte.EstimatorModel(lambda features, params: None, train_batch_size=8,
+                           config=kte.RunConfig(tpu_config=config))
+    with pytest.raises(ValueError, match=message):
+        kte.TPUEstimator(lambda features, params: None, train_batch_size=8,
+                         config=kte.RunConfig(tpu_config=config))
+    kte.TPUEstimator(lambda features, params: None, use_tpu=False, config=kte.RunConfig(tpu_config=config))
 
 
 def test_run_config_checkpoint_defaults_and_exclusivity():
@@ -58,7 +77,8 @@ def test_run_config_checkpoint_defaults_and_exclusivity():
 
 
 def test_run_config_accepts_and_keeps_tf1_session_fields():
-    config = kte.RunConfig(session_config=object(), device_fn=None, protocol="grpc", tf_random_seed=3)
+    config = kte.RunConfig(session_config=tf.compat.v1.ConfigProto(), device_fn=lambda op: "/cpu:0",
+                           protocol="grpc", tf_random_seed=3)
     assert kte.TPUConfig(num_cores_per_replica=1).num_cores_per_replica == 1
     assert config.protocol == "grpc" and config.tf_random_seed == 3
 
@@ -66,3 +86,13 @@ def test_run_config_accepts_and_keeps_tf1_session_fields():
 def test_run_config_rejects_a_foreign_tpu_config():
     with pytest.raises(TypeError, match="`tpu_config` must be a keras_tpu_estimator.TPUConfig"):
         kte.RunConfig(tpu_config={"iterations_per_loop": 2})
+
+
+@pytest.mark.parametrize("index, chief, master", [(0, True, "grpc://host0:2222"), (1, False, "grpc://host1:2222")])
+def test_a_workers_only_tf_config_makes_worker_0_the_chief(monkeypatch, index, chief, master):
+    # tf.distribute's MultiWorkerMirroredStrategy convention; the Estimator required a "chief" job.
+    tf_config = {"cluster": {"worker": ["host0:2222", "host1:2222"]}, "task": {"type": "worker", "index": index}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    config = kte.RunConfig()
+    assert (config.is_chief, config.master, config.evaluation_master) == (chief, master, master)
+    assert (config.num_worker_replicas, config.global_id_in_cluster, config.task_id) == (2, index, index)

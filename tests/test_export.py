@@ -85,7 +85,7 @@ def test_serving_matches_predict_with_raw_and_parsing_receivers(trained, tmp_pat
 def test_tag_sets_follow_the_export_flags(trained, tmp_path):
     assert tag_sets(make(trained).export_saved_model(str(tmp_path / "both"), RAW)) == [["serve"], ["serve", "tpu"]]
     assert tag_sets(make(trained, export_to_tpu=False).export_saved_model(str(tmp_path / "cpu"), RAW)) == [["serve"]]
-    tpu_only = make(trained, export_to_cpu=False).export_saved_model(str(tmp_path / "tpu"), RAW)
+    tpu_only = os.fsdecode(make(trained, export_to_cpu=False).export_saved_model(str(tmp_path / "tpu"), RAW))
     assert tag_sets(tpu_only) == [["serve", "tpu"]]
     assert tf.io.gfile.exists(os.path.join(tpu_only, "variables", "variables.index"))
     show = subprocess.run([CLI, "show", "--dir", tpu_only], capture_output=True, text=True, check=True).stdout
@@ -104,12 +104,23 @@ def test_saved_model_cli_shows_and_runs_the_cpu_graph(trained, tmp_path):
     assert "Result for output key y" in run.stdout
 
 
-def test_tpu_metagraph_v1_has_replicate_ops_and_v2_sees_use_tpu(trained, tmp_path):
+def test_tpu_metagraph_v1_runs_model_fn_in_a_tpu_partitioned_call_and_v2_sees_use_tpu(trained, tmp_path):
+    """V1 as TPUEstimator wrote it: the graph calls a TPU program (a function) on a core it picks."""
+    SEEN_USE_TPU.clear()
     path = make(trained).export_saved_model(str(tmp_path / "v1"), RAW)
+    assert SEEN_USE_TPU == [False, True]
     tpu_graph = [mg for mg in loader_impl.parse_saved_model(path).meta_graphs if "tpu" in mg.meta_info_def.tags][0]
     ops = {node.op for node in tpu_graph.graph_def.node}
-    assert {"TPUReplicateMetadata", "TPUReplicatedInput", "TPUReplicatedOutput"} <= ops
-    assert "save/RestoreV2" in {node.name for node in tpu_graph.graph_def.node} or "RestoreV2" in ops
+    assert {"TPUOrdinalSelector", "TPUPartitionedCall", "RestoreV2"} <= ops
+    assert "TPUReplicateMetadata" not in ops
+    (program,) = [f for f in tpu_graph.graph_def.library.function if f.signature.name.startswith("tpu_subgraph")]
+    assert {"TPUReplicateMetadata", "TPUCompilationResult", "TPUReplicatedOutput", "MatMul"} <= {
+        node.op for node in program.node_def
+    }
+    # Every signature's outputs come out of the partitioned call (classify's `classes` is None).
+    for key in ("serving_default", "classify", "regress"):
+        for info in tpu_graph.signature_def[key].outputs.values():
+            assert info.name.startswith("TPUPartitionedCall:")
     SEEN_USE_TPU.clear()
     make(trained, export_saved_model_api_version=2).export_saved_model(str(tmp_path / "v2"), RAW)
     assert SEEN_USE_TPU == [False, True]
@@ -126,7 +137,7 @@ def test_a_failed_export_leaves_no_directory(trained, tmp_path):
 
 
 def test_export_needs_a_checkpoint_and_a_known_output_type(tmp_path, trained):
-    with pytest.raises(ValueError, match="Could not find a trained model"):
+    with pytest.raises(ValueError, match="Couldn't find trained model at"):
         make(tmp_path / "empty").export_saved_model(str(tmp_path / "out"), RAW)
 
     def bad_outputs(features, labels, mode, params):
@@ -135,7 +146,7 @@ def test_export_needs_a_checkpoint_and_a_known_output_type(tmp_path, trained):
 
     config = kte.RunConfig(model_dir=str(trained))
     estimator = kte.TPUEstimator(bad_outputs, config=config, params={"optimizer": "sgd"}, train_batch_size=16)
-    with pytest.raises(ValueError, match="must be have type `ClassificationOutput`"):
+    with pytest.raises(TypeError, match="Values in `export_outputs` must be ExportOutput objects"):
         estimator.export_saved_model(str(tmp_path / "out"), RAW)
     assert not tf.io.gfile.exists(str(tmp_path / "out")) or os.listdir(tmp_path / "out") == []
 
@@ -184,3 +195,25 @@ def test_train_export_needs_a_supervised_receiver_and_writes_a_train_graph(train
     assert tag_sets(path) == [["train"]]
     signature = loader_impl.parse_saved_model(path).meta_graphs[0].signature_def["train"]
     assert signature.method_name == "tensorflow/supervised/training" and "loss" in signature.outputs
+
+
+def test_export_outputs_follow_the_estimator_s_rules(trained, tmp_path):
+    """Several outputs need a `serving_default`; a single one becomes it too (as get_export_outputs)."""
+
+    def with_outputs(keys):
+        def model_fn(features, labels, mode, params):
+            spec = models.get_variable_mlp(features, labels, mode, params)
+            if mode != kte.ModeKeys.PREDICT:
+                return spec
+            y = spec.predictions["y"]
+            return spec._replace(export_outputs={key: export.PredictOutput({"y": y}) for key in keys})
+
+        config = kte.RunConfig(model_dir=str(trained))
+        return kte.TPUEstimator(model_fn, config=config, params={"optimizer": "sgd"}, train_batch_size=16,
+                                export_to_tpu=False)
+
+    with pytest.raises(ValueError, match="Multiple `export_outputs` were provided, but none of them are specified"):
+        with_outputs(["a", "b"]).export_saved_model(str(tmp_path / "two"), RAW)
+    path = with_outputs(["only"]).export_saved_model(str(tmp_path / "one"), RAW)
+    signatures = loader_impl.parse_saved_model(path).meta_graphs[0].signature_def
+    assert sorted(signatures) == ["only", "serving_default"]

@@ -229,7 +229,7 @@ def test_scalar_host_tensors_are_rejected_naming_the_field(strategy):
         return spec._replace(host_call=(lambda loss: None, {"loss": spec.loss}))
 
     model = make(model_fn, strategy, k=2)
-    with pytest.raises(ValueError, match=r"host_call\[1\]\['loss'\] is a scalar.*tf.reshape\(t, \[1\]\)"):
+    with pytest.raises(RuntimeError, match=r"^All tensors outfed from TPU should preserve batch size dimension, but got scalar .*host_call\[1\]\['loss'\] must keep.*tf.reshape\(t, \[1\]\)"):
         model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=1)], verbose=0)
 
 

@@ -41,7 +41,7 @@ def test_input_fn_returning_garbage_is_a_type_error():
 def test_only_a_pair_carries_labels():
     assert split_element(({"x": 1}, 2)) == ({"x": 1}, 2)
     assert split_element({"x": 1}) == ({"x": 1}, None)
-    with pytest.raises(ValueError, match="must be `\\(features, labels\\)`"):
+    with pytest.raises(ValueError, match=r"^input_fn should return \(features, labels\) as a len 2 tuple"):
         split_element((1, 2, 3))
 
 

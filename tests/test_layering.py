@@ -4,11 +4,11 @@ import ast
 import pathlib
 
 LAYERS = {
-    "_compat": 0, "per_thread": 0, "versions": 0,
+    "_compat": 0, "per_thread": 0, "versions": 0, "tf_config": 0,
     "spec": 1, "config": 1,
     "strategy": 2, "variables": 2, "inputs": 2, "checkpoints": 2, "legacy": 2, "cross_replica": 2,
-    "serving": 2, "fetches": 2,
-    "loop": 3, "host": 3, "metric_ops": 3, "padding": 3, "export": 3, "preemption": 3,
+    "serving": 2, "fetches": 2, "worker_errors": 2,
+    "loop": 3, "host": 3, "metric_ops": 3, "padding": 3, "export": 3, "preemption": 3, "inference": 3,
     "model_fn": 4,
     "trainer": 5, "model": 5,
     "callbacks": 6,

@@ -20,8 +20,8 @@ def test_a_strategy_in_scope_is_used_by_the_model(mirrored):
 
 def test_per_replica_batch_size():
     assert per_replica_batch_size(16, 4, "x") == 4
-    with pytest.raises(ValueError, match=r"`x` must be divisible by the number of replicas \(4\). Received: x=10"):
-        per_replica_batch_size(10, 4, "x")
+    with pytest.raises(ValueError, match=r"^train batch size 10 must be divisible by number of replicas 4. Set `train_batch_size`"):
+        per_replica_batch_size(10, 4, "train_batch_size")
 
 
 def test_context_describes_the_replicas(mirrored):

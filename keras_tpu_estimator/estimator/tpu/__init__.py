@@ -25,9 +25,11 @@ import tensorflow as tf
 from keras_tpu_estimator.config import InputPipelineConfig, RunConfig, TPUConfig
 from keras_tpu_estimator.estimator.tpu import experimental
 from keras_tpu_estimator.spec import TPUEstimatorSpec
-from keras_tpu_estimator.tpu_estimator import TPUEstimator
+from keras_tpu_estimator.tpu_estimator import BatchConfig, ExportSavedModelApiVersion, TPUEstimator
 
 __all__ = [
+    "BatchConfig",
+    "ExportSavedModelApiVersion",
     "InputPipelineConfig",
     "RunConfig",
     "TPUConfig",
