@@ -41,6 +41,7 @@ from keras_tpu_estimator.config import (
 from keras_tpu_estimator.legacy import UnsupportedInModelFnError, legacy_layers
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.padding import padding_mask
+from keras_tpu_estimator.session_hooks import SessionRunHookCallback
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
 from keras_tpu_estimator.strategy import TPUContext, resolve_strategy
 from keras_tpu_estimator.tpu_estimator import (
@@ -69,6 +70,7 @@ __all__ = [
     "NewVariableAfterBuildError",
     "RunConfig",
     "SavedModelExporter",
+    "SessionRunHookCallback",
     "StepLogger",
     "StepSummaries",
     "StopAtStep",

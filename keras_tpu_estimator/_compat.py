@@ -615,3 +615,26 @@ def inside_tpu_rewrite() -> bool:
     from tensorflow.python.tpu import tpu_function
 
     return tpu_function.get_tpu_context().number_of_shards is not None
+
+
+def stop_at_step_hook_target(hook: Any, global_step: int) -> int | None:
+    """The global step a `tf.compat.v1.train.StopAtStepHook` stops at (None for other hooks).
+
+    Reads its private `_last_step` / `_num_steps` (the constructor's
+    `last_step` / `num_steps`), stable since TF 1.x.
+    """
+    if not isinstance(hook, tf.compat.v1.train.StopAtStepHook):
+        return None
+    if hook._last_step is not None:
+        return hook._last_step
+    return global_step + hook._num_steps
+
+
+def checkpoint_saver_hook_parts(hook: Any) -> tuple[str, int | None, float | None, list]:
+    """`(checkpoint_dir, save_steps, save_secs, listeners)` of a `CheckpointSaverHook`.
+
+    Reads its private `_checkpoint_dir`, `_timer` (a `SecondOrStepTimer`) and
+    `_listeners`, stable since TF 1.x.
+    """
+    timer = hook._timer
+    return hook._checkpoint_dir, timer._every_steps, timer._every_secs, list(hook._listeners)

@@ -34,6 +34,8 @@ from keras_tpu_estimator.checkpoints import (
 )
 from keras_tpu_estimator.config import check_positive_int
 from keras_tpu_estimator.export import export_saved_model
+from keras_tpu_estimator.session_hooks import hook_session
+from keras_tpu_estimator.spec import ModeKeys
 from keras_tpu_estimator.strategy import any_worker, is_chief
 
 _log = logging.getLogger("keras_tpu_estimator")
@@ -108,6 +110,9 @@ class CheckpointSaver(keras.callbacks.Callback):
         save_steps, save_secs: Frequency; at most one may be set.
         max_to_keep: `keep_checkpoint_max`.
         keep_checkpoint_every_n_hours: Also keep one checkpoint per this many hours.
+        listeners: `tf.compat.v1.train.CheckpointSaverListener`s: `begin()` at the
+            start, `before_save` / `after_save(session, step)` around every save
+            (an `after_save` returning True stops training, as in TF1) and `end`.
 
     Example:
 
@@ -123,8 +128,13 @@ class CheckpointSaver(keras.callbacks.Callback):
         save_secs: float | None = None,
         max_to_keep: int | None = 5,
         keep_checkpoint_every_n_hours: float | None = None,
+        listeners: list | None = None,
     ):
         super().__init__()
+        self.listeners = list(listeners or [])
+        for listener in self.listeners:
+            if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
+                raise TypeError(f"saving_listeners must be a list of CheckpointSaverListener, given: {listener}")
         if save_steps is not None and save_secs is not None:
             raise ValueError("Only one of `save_steps` and `save_secs` can be set.")
         check_positive_int("save_steps", save_steps)
@@ -137,6 +147,7 @@ class CheckpointSaver(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._directory, self._temporary = _writable_dir(self.model, self.model_dir)
+        tf.io.gfile.makedirs(self._directory)
         self._keeper = CheckpointKeeper(
             self._directory,
             self.model.checkpoint_variables,
@@ -146,13 +157,21 @@ class CheckpointSaver(keras.callbacks.Callback):
         self._last_step = self.model.global_step
         self._last_time = time.monotonic()
         self.saved_steps = []
+        self._session = hook_session(self.model, ModeKeys.TRAIN) if self.listeners else None
+        for listener in self.listeners:
+            listener.begin()
 
     def _save(self) -> None:
         step = self.model.global_step
+        for listener in self.listeners:
+            listener.before_save(self._session, step)
         self._keeper.save(step)
         self.saved_steps.append(step)
         self._last_step, self._last_time = step, time.monotonic()
         _log.info("Saved checkpoint for step %d into %s.", step, self._keeper.latest)
+        if any([listener.after_save(self._session, step) for listener in self.listeners]):
+            _log.info("A CheckpointSaverListener requested training stop.")
+            self.model.stop_training = True
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         step = self.model.global_step
@@ -168,6 +187,10 @@ class CheckpointSaver(keras.callbacks.Callback):
         missing = not tf.train.latest_checkpoint(self.model_dir)
         if any_worker(self.model.distribute_strategy, unsaved or missing):
             self._save()
+        for listener in self.listeners:
+            listener.end(self._session, self.model.global_step)
+        if self._session is not None:
+            self._session.close()
         if self._temporary:
             shutil.rmtree(self._temporary, ignore_errors=True)
 

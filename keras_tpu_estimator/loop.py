@@ -55,6 +55,8 @@ class ExecutionResult(NamedTuple):
             over steps (`[steps, global_batch, ...]`), or `None`.
         after: What `read_after()` returned at the end of the execution
             (the global step, read in the same call), or `None`.
+        last_loss: The loss of the execution's last counted step (what a
+            TPUEstimator training loop returned to its hooks).
     """
 
     steps: Any
@@ -63,6 +65,7 @@ class ExecutionResult(NamedTuple):
     outputs: Any
     host: Any = None
     after: Any = None
+    last_loss: Any = None
 
 
 def _concat_replicas(strategy: tf.distribute.Strategy, value: Any) -> tf.Tensor:
@@ -181,17 +184,19 @@ def make_loop_function(
                     write(arrays[0], output_spec, step, result.get("outputs")),
                     write(arrays[1], host_spec, step, result.get("host")),
                 )
-                return step + 1, tf.constant(False), (sums[0] + step_loss, sums[1] + counted), new_arrays
+                last = tf.where(weight > 0, step_loss, sums[2])
+                return step + 1, tf.constant(False), (sums[0] + step_loss, sums[1] + counted, last), new_arrays
 
             def stop() -> Any:
                 return step, tf.constant(True), sums, arrays
 
             return tf.cond(optional.has_value(), run, stop)
 
-        steps, _, (loss_sum, weight_sum), arrays = tf.while_loop(
+        zero = tf.constant(0.0)
+        steps, _, (loss_sum, weight_sum, last_loss), arrays = tf.while_loop(
             keep_going,
             one_step,
-            [tf.constant(0), tf.constant(False), (tf.constant(0.0), tf.constant(0.0)), arrays],
+            [tf.constant(0), tf.constant(False), (zero, zero, zero), arrays],
         )
 
         def gathered(array: tf.TensorArray, spec: tf.TensorSpec, stack: bool) -> tf.Tensor:
@@ -216,6 +221,6 @@ def make_loop_function(
         if read_after is not None:
             with tf.control_dependencies([steps]):
                 after = read_after()
-        return ExecutionResult(steps, loss_sum, weight_sum, outputs, host, after)
+        return ExecutionResult(steps, loss_sum, weight_sum, outputs, host, after, last_loss)
 
     return loop

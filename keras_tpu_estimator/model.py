@@ -156,6 +156,8 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
         self.stop_at_step: int | None = None
         self._step_during_fit: int | None = None
         self.last_execution_loss: float | None = None
+        self.last_step_loss: float | None = None
+        self.steps_per_hook_run: int | None = None  # set by SessionRunHookCallback
         self._seconds_per_step: float | None = None
         self.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
 
@@ -196,6 +198,15 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
     def variables_by_name(self) -> dict[str, keras.Variable]:
         """`{TF1 name: variable}` for every variable `model_fn` created."""
         return self._runner.store.variables_by_name
+
+    def loss_op_name(self, mode: str) -> str | None:
+        """The op name `model_fn` gave its loss in `mode` (what TF1 hooks fetch by name)."""
+        return self._runner.loss_names.get(mode)
+
+    @property
+    def runs_on_strategy_path(self) -> bool:
+        """`use_tpu`: per-replica batches on the strategy, rather than the CPU path."""
+        return self._runner.use_tpu
 
     @property
     def checkpoint_variables(self) -> dict[str, keras.Variable]:

@@ -65,18 +65,33 @@ BATCH_ARG = {
 }
 
 
-_SCAFFOLD_PARTS = ("init_op", "init_fn", "local_init_op", "ready_op", "saver")
+_SCAFFOLD_INITIALIZERS = ("init_op", "init_fn", "local_init_op")
+_SCAFFOLD_UNUSED = ("ready_op", "ready_for_local_init_op", "saver", "summary_op")
 
 
-def _warn_unused_scaffold_parts(scaffold: Any) -> None:
-    """Warns about the parts of a Scaffold that this library does not run (yet)."""
-    parts = [name for name in _SCAFFOLD_PARTS if getattr(scaffold, name, None) is not None]
-    if parts:
+def check_scaffold(scaffold: Any, where: str) -> None:
+    """Refuses custom Scaffold initialization (skipping it would train other weights); warns on unused parts.
+
+    Variables start from their initializers and `init_from_checkpoint`, then a
+    checkpoint in `model_dir` or warm start; a TF1 session's `init_op` /
+    `init_fn` / `local_init_op` have no session to run in.
+    """
+    custom = [name for name in _SCAFFOLD_INITIALIZERS if getattr(scaffold, name, None) is not None]
+    if custom:
+        raise NotImplementedError(
+            f"The Scaffold of {where} sets {custom}, a custom TF1 session initialization, which "
+            "keras_tpu_estimator does not run (skipping it would start from other weights). Load "
+            "checkpoints with tf.compat.v1.train.init_from_checkpoint in scaffold_fn, or pass "
+            "warm_start_from; other variables start from their initializers."
+        )
+    unused = [name for name in _SCAFFOLD_UNUSED if getattr(scaffold, name, None) is not None]
+    if unused:
         _log.warning(
-            "The Scaffold returned by scaffold_fn sets %s, which keras_tpu_estimator does not "
-            "run: variables are initialised by their initializers and init_from_checkpoint. "
-            "Call tf.compat.v1.train.init_from_checkpoint in scaffold_fn to load a checkpoint.",
-            parts,
+            "The Scaffold of %s sets %s, which keras_tpu_estimator does not use: checkpoints are "
+            "written by its own saver (RunConfig.keep_checkpoint_max), summaries by host_call, and "
+            "variables are always ready.",
+            where,
+            unused,
         )
 
 
@@ -132,6 +147,7 @@ class ModelFnRunner:
         self.global_batch: dict = {}
         self.output_specs: dict = {}
         self.spec_hooks: dict = {}
+        self.loss_names: dict = {}  # mode -> op name of the spec's loss in the build trace
         self.host_specs: dict = {}
         self.element_specs: dict = {}
         self.uses_keras_optimizer = False
@@ -175,7 +191,7 @@ class ModelFnRunner:
                 spec = model_fn(features, **kwargs)
         spec = check_spec(spec, mode, model_fn)
         if isinstance(spec, EstimatorSpec) and spec.scaffold is not None:
-            _log.warning("EstimatorSpec.scaffold is ignored. Use TPUEstimatorSpec.scaffold_fn.")
+            check_scaffold(spec.scaffold, "the EstimatorSpec")
         return spec
 
     def build(self, mode: str, element_spec: Any) -> None:
@@ -212,7 +228,7 @@ class ModelFnRunner:
                         "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
                         "Return `tf.compat.v1.train.Scaffold()`."
                     )
-                _warn_unused_scaffold_parts(scaffold)
+                check_scaffold(scaffold, "scaffold_fn")
             summaries = summary_names(graph)
             if summaries:
                 _log.warning(
@@ -242,6 +258,7 @@ class ModelFnRunner:
             ModeKeys.PREDICT: "prediction_hooks",
         }[mode]
         self.spec_hooks[mode] = list(getattr(spec, hooks))
+        self.loss_names[mode] = getattr(spec.loss, "op", None) and spec.loss.op.name
         # TF1 ran init_from_checkpoint as the variables' initializers: once, when
         # they are created (a restore from model_dir comes later and wins).
         variables = self.store.variables_by_name

@@ -91,22 +91,16 @@ def check_host_call(name: str, host_call: Any) -> None:
 
 
 def check_hooks(name: str, hooks: Sequence[Any] | None) -> tuple:
-    """Returns `hooks` as a tuple of Keras callbacks; otherwise the original's TypeError.
+    """Returns `hooks` (session hooks or Keras callbacks) as a tuple; otherwise the original's TypeError.
 
     `name` is `"hooks"` for the arguments of `train`/`evaluate`/`predict` (the
     Estimator's "Hooks must be a SessionRunHook" text) or the spec field
     (`"training_hooks"`, ...: the spec's "All hooks must be ..." text).
+    Session hooks run as `SessionRunHookCallback`s, once per execution.
     """
     hooks = tuple(hooks or ())
     for hook in hooks:
-        if isinstance(hook, tf.compat.v1.train.SessionRunHook):
-            raise TypeError(
-                f"{name} contains the SessionRunHook {hook!r}. Session hooks need a "
-                "tf.compat.v1 Session, which Keras does not run. Write it as a "
-                "`keras.callbacks.Callback` (its `on_train_batch_end` runs once per "
-                "execution of `iterations_per_loop` steps)."
-            )
-        if not isinstance(hook, keras.callbacks.Callback):
+        if not isinstance(hook, keras.callbacks.Callback | tf.compat.v1.train.SessionRunHook):
             original = (
                 f"Hooks must be a SessionRunHook, given: {hook}"
                 if name == "hooks"
@@ -204,7 +198,8 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS))
         export_outputs: Dict of serving signatures.
         scaffold_fn: Zero-argument function returning a Scaffold (or None-free value).
         host_call: `(fn, tensors)` run on the host for every step.
-        training_hooks, evaluation_hooks, prediction_hooks: Keras callbacks.
+        training_hooks, evaluation_hooks, prediction_hooks: `SessionRunHook`s
+            (run once per execution) or Keras callbacks.
 
     Example:
 
@@ -218,8 +213,7 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS))
         return TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
     ```
 
-    Differences from TPUEstimator: hooks are Keras callbacks; a
-    `SessionRunHook` raises a TypeError that says how to port it.
+    Differences from TPUEstimator: Keras callbacks are accepted as hooks too.
     """
 
     def __new__(

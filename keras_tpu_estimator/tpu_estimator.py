@@ -21,6 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu_estimator import _compat
 from keras_tpu_estimator.callbacks import (
     CheckpointSaver,
     RestoreOrWarmStart,
@@ -263,6 +264,27 @@ class TPUEstimator:
         return path
 
     # ------------------------------------------------------------------ modes
+    def _checkpoint_saver(self, hooks: list, listeners: list) -> CheckpointSaver:
+        """The saver of a `train` call; as the Estimator's, a `CheckpointSaverHook` in `hooks` replaces it.
+
+        The hook's directory, schedule and listeners are used (it is removed
+        from `hooks`); `saving_listeners` are called around every save.
+        """
+        config = self._config
+        directory, steps, secs = self.model_dir, config.save_checkpoints_steps, config.save_checkpoints_secs
+        for hook in [h for h in hooks if isinstance(h, tf.compat.v1.train.CheckpointSaverHook)]:
+            hooks.remove(hook)
+            directory, steps, secs, own = _compat.checkpoint_saver_hook_parts(hook)
+            listeners = own + listeners
+        return CheckpointSaver(
+            directory,
+            save_steps=steps or None,
+            save_secs=secs or None,
+            max_to_keep=config.keep_checkpoint_max,
+            keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
+            listeners=listeners,
+        )
+
     def _check_sliced(self, on_tpu: bool) -> None:
         sliced = self._config.tpu_config.eval_training_input_configuration == InputPipelineConfig.SLICED
         if sliced and not on_tpu:
@@ -326,25 +348,12 @@ class TPUEstimator:
                 raise TypeError(
                     f"saving_listeners must be a list of CheckpointSaverListener, given: {listener}"
                 )
-        if saving_listeners:
-            raise TypeError(
-                "`saving_listeners` (CheckpointSaverListener) need a TF1 session. Pass a Keras "
-                "callback in `hooks` and read `tf.train.latest_checkpoint(model_dir)` in it."
-            )
         model = self._model(self._use_tpu)
         config = self._config
         callbacks: list[keras.callbacks.Callback] = [RestoreOrWarmStart(latest, self._warm_start)]
         if steps is not None or max_steps is not None:
             callbacks.append(StopAtStep(steps=steps, max_steps=max_steps))
-        callbacks.append(
-            CheckpointSaver(
-                self.model_dir,
-                save_steps=config.save_checkpoints_steps or None,
-                save_secs=config.save_checkpoints_secs or None,
-                max_to_keep=config.keep_checkpoint_max,
-                keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
-            )
-        )
+        callbacks.append(self._checkpoint_saver(hooks, list(saving_listeners or [])))
         if config.save_summary_steps:
             callbacks.append(StepSummaries(self.model_dir, config.save_summary_steps))
         if self._log_every_n_steps:

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator.preemption import StopRequests
+from keras_tpu_estimator.session_hooks import as_callback
 from keras_tpu_estimator.spec import InputFn, ModeKeys
 from keras_tpu_estimator.strategy import any_worker
 
@@ -73,19 +74,29 @@ class EstimatorTrainer:
             size = min(size, limit)
         if training and self.stop_at_step is not None:
             size = min(size, self.stop_at_step - self.global_step)
+        if self.steps_per_hook_run is not None:  # session hooks on the CPU path: one step per run
+            size = min(size, self.steps_per_hook_run)
         return size
 
     def _executions(
-        self, mode: str, function: Callable, iterator: Any, steps: int | None
+        self, mode: str, function: Callable, iterator: Any, steps: int | None, callbacks: Any
     ) -> Iterator[tuple[int, int, float, float, Any]]:
-        """Runs executions until `steps` steps or the end of the input.
+        """Runs executions until `steps` steps, the end of the input or a stop request.
 
-        Yields `(steps_before, count, loss_sum, weight_sum, outputs)` for each
+        Calls `callbacks.on_{test,predict}_batch_begin` before each execution;
+        yields `(steps_before, count, loss_sum, weight_sum, outputs)` for each
         execution that ran at least one step.
         """
         done = 0
-        while steps is None or done < steps:
+        begin, stopped = (
+            (callbacks.on_test_batch_begin, "stop_evaluating")
+            if mode == ModeKeys.EVAL
+            else (callbacks.on_predict_batch_begin, "stop_predicting")
+        )
+        setattr(self, stopped, False)
+        while (steps is None or done < steps) and not getattr(self, stopped):
             size = self._execution_size(None if steps is None else steps - done, training=False)
+            begin(done)
             count, loss_sum, weight_sum, outputs = self._run_execution(mode, function, iterator, size)
             if count:
                 yield done, count, loss_sum, weight_sum, outputs
@@ -108,6 +119,7 @@ class EstimatorTrainer:
         if steps:
             self._seconds_per_step = (time.perf_counter() - start) / steps
             self.last_execution_loss = loss_sum / max(weight_sum, 1e-12)
+            self.last_step_loss = float(result.last_loss)
         if result.after is not None:
             step, all_finite, finite = result.after
             if self._step_during_fit is not None:
@@ -164,7 +176,7 @@ class EstimatorTrainer:
         dataset = self._runner.distribute_input(x, ModeKeys.TRAIN, batch_size)
         function = self.make_train_function()
         callbacks = keras.callbacks.CallbackList(
-            list(callbacks or []) + self._runner.spec_hooks[ModeKeys.TRAIN],
+            [as_callback(c) for c in list(callbacks or []) + self._runner.spec_hooks[ModeKeys.TRAIN]],
             add_history=True,
             add_progbar=verbose != 0,
             verbose=verbose,
@@ -299,7 +311,8 @@ class EstimatorTrainer:
         dataset = self._runner.distribute_input(x, ModeKeys.EVAL, batch_size)
         function = self.make_test_function()
         callbacks = keras.callbacks.CallbackList(
-            list(callbacks or []) + self._runner.spec_hooks[ModeKeys.EVAL], add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
+            [as_callback(c) for c in list(callbacks or []) + self._runner.spec_hooks[ModeKeys.EVAL]],
+            add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
         )
         host = self._runner.host
         if host.metrics is not None:
@@ -308,9 +321,8 @@ class EstimatorTrainer:
         callbacks.on_test_begin()
         logs: dict = {}
         done, loss_sum, weight_sum = 0, 0.0, 0.0
-        callbacks.on_test_batch_begin(0)
         for first, count, execution_loss, execution_weight, _ in self._executions(
-            ModeKeys.EVAL, function, iter(dataset), steps
+            ModeKeys.EVAL, function, iter(dataset), steps, callbacks
         ):
             done = first + count
             loss_sum, weight_sum = loss_sum + execution_loss, weight_sum + execution_weight
@@ -354,14 +366,13 @@ class EstimatorTrainer:
         dataset = self._runner.distribute_input(x, ModeKeys.PREDICT, batch_size)
         function = self.make_predict_function()
         callbacks = keras.callbacks.CallbackList(
-            list(callbacks or []) + self._runner.spec_hooks[ModeKeys.PREDICT],
+            [as_callback(c) for c in list(callbacks or []) + self._runner.spec_hooks[ModeKeys.PREDICT]],
             add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self,
         )
         rows = self._runner.global_batch[ModeKeys.PREDICT]
         callbacks.on_predict_begin()
-        callbacks.on_predict_batch_begin(0)
         for first, count, _, _, outputs in self._executions(
-            ModeKeys.PREDICT, function, iter(dataset), steps
+            ModeKeys.PREDICT, function, iter(dataset), steps, callbacks
         ):
             predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), outputs)
             for index in range(count):

@@ -167,6 +167,11 @@ def eval_events(path: str) -> list[dict]:
 # --- cases --------------------------------------------------------------------------------------
 
 
+def session_hooks(est: Any) -> dict:
+    with model_dir() as path:
+        return programs.session_hooks_run(est, path)
+
+
 def init_from_checkpoint(est: Any) -> dict:
     with model_dir() as init_dir, model_dir() as path:
         program = programs.init_from_checkpoint_program(
@@ -333,6 +338,7 @@ CASES = {
     "KERAS_BATCH_NORM": keras_batch_norm,
     "MOVING_AVERAGE": moving_average,
     "BERT_LIKE": bert_like,
+    "SESSION_HOOKS": session_hooks,
 }
 
 

@@ -721,3 +721,42 @@ BERT_LIKE = {
         ],
     },
 }
+
+SESSION_HOOKS = {
+    "eval_calls": ["begin", "before_run", "after_run", "before_run", "after_run", "end"],
+    "eval_fetched": [[5, 1.0634617805480957], [5, 2.5310118198394775]],
+    "listener": [
+        ["before_save", 0],
+        ["after_save", 0],
+        ["before_save", 2],
+        ["after_save", 2],
+        ["before_save", 4],
+        ["after_save", 4],
+        ["before_save", 5],
+        ["after_save", 5],
+        ["end", 5],
+    ],
+    "logged_losses": [12.114595413208008, 1.407218337059021, 4.284585475921631],
+    "train_after": [1, 2, 3, 4, 5],
+    "train_calls": [
+        "begin",
+        "before_run",
+        "after_run",
+        "before_run",
+        "after_run",
+        "before_run",
+        "after_run",
+        "before_run",
+        "after_run",
+        "before_run",
+        "after_run",
+        "end",
+    ],
+    "train_fetched": [
+        [0, 12.114595413208008],
+        [1, 0.37775129079818726],
+        [2, 1.407218337059021],
+        [3, 2.780225992202759],
+        [4, 4.284585475921631],
+    ],
+}

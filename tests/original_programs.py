@@ -453,6 +453,93 @@ def counter_program(est: Any) -> Program:
     return _regression_program(model_fn, iterations_per_loop=3, max_steps=7, eval_steps=2)
 
 
+# --- H2: session hooks ---------------------------------------------------------------------------
+
+
+class RecordingHook(tf.compat.v1.train.SessionRunHook):
+    """Records, per run, the fetched global step and loss, the step read in after_run, and its calls."""
+
+    def __init__(self, loss_name: str):
+        self.loss_name, self.fetched, self.after, self.calls = loss_name, [], [], []
+
+    def begin(self):
+        self.calls.append("begin")
+        self.step = tf.compat.v1.train.get_global_step()
+
+    def before_run(self, run_context):
+        self.calls.append("before_run")
+        return tf.compat.v1.train.SessionRunArgs({"step": self.step, "loss": self.loss_name})
+
+    def after_run(self, run_context, run_values):
+        self.calls.append("after_run")
+        results = run_values.results
+        self.fetched.append([int(results["step"]), float(results["loss"])])
+        self.after.append(int(run_context.session.run(self.step)))
+
+    def end(self, session):
+        self.calls.append("end")
+
+
+class RecordingListener(tf.compat.v1.train.CheckpointSaverListener):
+    """Records the steps of `before_save`, `after_save` and `end`."""
+
+    def __init__(self):
+        self.calls = []
+
+    def before_save(self, session, global_step_value):
+        self.calls.append(["before_save", int(global_step_value)])
+
+    def after_save(self, session, global_step_value):
+        self.calls.append(["after_save", int(global_step_value)])
+
+    def end(self, session, global_step_value):
+        self.calls.append(["end", int(global_step_value)])
+
+
+def session_hooks_run(est: Any, model_dir: str) -> dict:
+    """`train(steps=6)` with `use_tpu=False`, K=4, checkpoints every 2 steps, a recording hook,
+    a LoggingTensorHook (every 2 runs) on the loss by name, a StopAtStepHook(last_step=5) and a
+    saving listener; then `evaluate(steps=2)` with the recording hook. Returns what each saw.
+    """
+
+    def model_fn(features, labels, mode, params):
+        predictions = _linear(features["x"])
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        loss = tf.identity(tf.compat.v1.losses.mean_squared_error(labels, predictions), name="hooked_loss")
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
+            loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+        )
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    program = _regression_program(model_fn)
+    config = est.RunConfig(
+        model_dir=model_dir, tf_random_seed=SEED, save_checkpoints_steps=2,
+        tpu_config=est.TPUConfig(iterations_per_loop=4),
+    )
+    estimator = est.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False,
+                                 train_batch_size=4, eval_batch_size=4)
+    train_hook, eval_hook, listener, logged = (
+        RecordingHook("hooked_loss:0"), RecordingHook("hooked_loss:0"), RecordingListener(), []
+    )
+    logging_hook = tf.compat.v1.train.LoggingTensorHook(
+        {"loss": "hooked_loss:0"}, every_n_iter=2, formatter=lambda v: logged.append(float(v["loss"])) or ""
+    )
+    stop_hook = tf.compat.v1.train.StopAtStepHook(last_step=5)
+    estimator.train(program.train_input_fn, steps=100, hooks=[train_hook, logging_hook, stop_hook],
+                    saving_listeners=[listener])
+    estimator.evaluate(program.eval_input_fn, steps=2, hooks=[eval_hook])
+    return {
+        "train_fetched": train_hook.fetched,
+        "train_after": train_hook.after,
+        "train_calls": train_hook.calls,
+        "logged_losses": logged,
+        "listener": listener.calls,
+        "eval_fetched": eval_hook.fetched,
+        "eval_calls": eval_hook.calls,
+    }
+
+
 # --- I: keras_in_model_fn -----------------------------------------------------------------------
 
 

@@ -148,12 +148,19 @@ def test_step_log_lines_every_log_step_count_steps(tmp_path, caplog):
     assert steps == [12, 24]
 
 
-def test_scaffold_parts_that_do_not_run_are_named_in_a_warning(caplog):
+def scaffold_model_fn(**parts):
     def model_fn(features, labels, mode, params):
-        scaffold = tf.compat.v1.train.Scaffold(init_fn=lambda scaffold, session: None)
+        scaffold = tf.compat.v1.train.Scaffold(**parts)
         return models.get_variable_mlp(features, labels, mode, params)._replace(scaffold_fn=lambda: scaffold)
 
-    model = kte.EstimatorModel(model_fn, eval_batch_size=32)
+    return model_fn
+
+
+def test_scaffold_initialization_is_refused_and_unused_parts_named(caplog):
+    model = kte.EstimatorModel(scaffold_model_fn(init_fn=lambda scaffold, session: None), eval_batch_size=32)
+    with pytest.raises(NotImplementedError, match=r"sets \['init_fn'\], a custom TF1 session initialization"):
+        model.evaluate(models.input_fn, steps=1, verbose=0)
+    model = kte.EstimatorModel(scaffold_model_fn(ready_op=tf.constant([], tf.string)), eval_batch_size=32)
     with caplog.at_level(logging.WARNING):
         model.evaluate(models.input_fn, steps=1, verbose=0)
-    assert "sets ['init_fn'], which keras_tpu_estimator does not run" in caplog.text
+    assert "sets ['ready_op'], which keras_tpu_estimator does not use" in caplog.text

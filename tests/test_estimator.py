@@ -122,8 +122,8 @@ def test_train_steps_validation(tmp_path):
         estimator.train(models.input_fn, steps=12.3)
     with pytest.raises(ValueError, match="both steps and max_steps"):
         estimator.train(models.input_fn, steps=1, max_steps=2)
-    with pytest.raises(TypeError, match="Write it as a `keras.callbacks.Callback`"):
-        estimator.train(models.input_fn, steps=1, hooks=[tf.compat.v1.train.SessionRunHook()])
+    with pytest.raises(TypeError, match="^Hooks must be a SessionRunHook, given: 3"):
+        estimator.train(models.input_fn, steps=1, hooks=[3])
     assert estimator.latest_checkpoint() is None
 
 

@@ -10,7 +10,7 @@ LAYERS = {
     "serving": 2, "fetches": 2, "worker_errors": 2,
     "loop": 3, "host": 3, "metric_ops": 3, "padding": 3, "export": 3, "preemption": 3, "inference": 3,
     "model_fn": 4,
-    "trainer": 5, "model": 5,
+    "trainer": 5, "model": 5, "session_hooks": 5,
     "callbacks": 6,
     "tpu_estimator": 7,
     "estimator": 8,  # the package laid out like tf.compat.v1.estimator

@@ -283,3 +283,18 @@ def test_bert_like_program_on_replicas_trains_the_same_weights(mirrored, tmp_pat
     result = est.evaluate(program.eval_input_fn)
     for key in ("eval_accuracy", "eval_loss"):
         assert result[key] == pytest.approx(expected["evaluate"][key], rel=1e-5)
+
+
+def test_session_hooks_see_what_the_original_showed_them(tmp_path):
+    """CPU path: a hook run per step, TF1 fetch timing, StopAtStepHook, LoggingTensorHook, listeners."""
+    seen = programs.session_hooks_run(EST, str(tmp_path))
+    expected = original.SESSION_HOOKS
+    for key in ("train_calls", "train_after", "eval_calls"):
+        assert seen[key] == expected[key], key
+    for key in ("train_fetched", "eval_fetched"):
+        assert [step for step, _ in seen[key]] == [step for step, _ in expected[key]], key
+        assert_close([loss for _, loss in seen[key]], [loss for _, loss in expected[key]])
+    assert_close(seen["logged_losses"], expected["logged_losses"])
+    # The original also saved a checkpoint at step 0 when training began; this library saves
+    # after steps only (README, "Checkpoint timing"), so its listeners see the rest.
+    assert seen["listener"] == [call for call in expected["listener"] if call[1] != 0]

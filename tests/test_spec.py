@@ -44,9 +44,9 @@ def test_varargs_and_dict_host_calls_are_accepted():
     kte.TPUEstimatorSpec(kte.ModeKeys.EVAL, loss=L, eval_metrics=(lambda a, b: a, {"a": T, "b": T}))
 
 
-def test_session_run_hooks_get_a_porting_hint():
-    with pytest.raises(TypeError, match="Write it as a `keras.callbacks.Callback`"):
-        kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, training_hooks=[tf.compat.v1.train.SessionRunHook()])
+def test_spec_hooks_are_session_hooks_or_callbacks():
+    hook = tf.compat.v1.train.SessionRunHook()
+    assert kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, loss=L, training_hooks=[hook]).training_hooks == (hook,)
     with pytest.raises(TypeError, match="^All hooks must be SessionRunHook instances, given: <object.*Callback objects"):
         kte.TPUEstimatorSpec(kte.ModeKeys.EVAL, evaluation_hooks=[object()])
     spec = kte.TPUEstimatorSpec(kte.ModeKeys.PREDICT, predictions=T, prediction_hooks=[keras.callbacks.History()])

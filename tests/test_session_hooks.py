@@ -1,0 +1,221 @@
+"""Session hooks run as callbacks, once per execution, as TPUEstimator ran them."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_tpu_estimator as kte
+from tests import models
+
+
+class Recorder(tf.compat.v1.train.SessionRunHook):
+    """Records its calls, the global step fetched for each run (as the run began, TF1's timing)
+    and the step read in `after_run` (`steps`); may request a stop at a step."""
+
+    def __init__(self, stop_at=None):
+        self.calls, self.fetched, self.steps, self.stop_at = [], [], [], stop_at
+
+    def begin(self):
+        self.calls.append("begin")
+        self.step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self.calls.append(("after_create_session", int(session.run(self.step))))
+
+    def before_run(self, run_context):
+        self.calls.append("before_run")
+        return tf.compat.v1.train.SessionRunArgs(self.step)
+
+    def after_run(self, run_context, run_values):
+        self.calls.append("after_run")
+        self.fetched.append(int(run_values.results))
+        self.steps.append(int(run_context.session.run(self.step)))
+        if self.stop_at is not None and self.steps[-1] >= self.stop_at:
+            run_context.request_stop()
+
+    def end(self, session):
+        self.calls.append(("end", int(session.run("global_step:0"))))
+
+
+def make(model_dir, strategy=None, k=4, **config):
+    return kte.TPUEstimator(
+        models.get_variable_mlp,
+        config=kte.RunConfig(model_dir=str(model_dir), train_distribute=strategy,
+                             tpu_config=kte.TPUConfig(iterations_per_loop=k), **config),
+        train_batch_size=16, eval_batch_size=16, predict_batch_size=16,
+    )
+
+
+def test_a_hook_runs_around_each_execution(tmp_path, strategy):
+    hook = Recorder()
+    make(tmp_path, strategy).train(models.input_fn, steps=10, hooks=[hook])
+    assert hook.steps == [4, 8, 10]
+    assert hook.fetched == [0, 4, 8]
+    assert hook.calls == ["begin", ("after_create_session", 0)] + ["before_run", "after_run"] * 3 + [("end", 10)]
+
+
+def test_request_stop_ends_training_after_the_execution_with_a_checkpoint(tmp_path, strategy):
+    estimator = make(tmp_path, strategy)
+    estimator.train(models.input_fn, steps=100, hooks=[Recorder(stop_at=8)])
+    assert kte.checkpoint_step(estimator.latest_checkpoint()) == 8
+
+
+def test_stop_at_step_hook_stops_exactly(tmp_path, strategy):
+    hook = Recorder()
+    estimator = make(tmp_path, strategy)
+    estimator.train(models.input_fn, steps=100, hooks=[tf.compat.v1.train.StopAtStepHook(last_step=6), hook])
+    assert hook.steps == [4, 6]  # executions of 4, then 2
+    estimator.train(models.input_fn, steps=100, hooks=[tf.compat.v1.train.StopAtStepHook(num_steps=3)])
+    assert kte.checkpoint_step(estimator.latest_checkpoint()) == 9
+
+
+def loss_named_model_fn(features, labels, mode, params):
+    spec = models.get_variable_mlp(features, labels, mode, params)
+    if spec.loss is None:
+        return spec
+    loss = tf.identity(spec.loss, name="my_loss")
+    return spec._replace(loss=loss)
+
+
+def test_logging_tensor_hook_logs_the_real_losses_by_name(tmp_path, strategy):
+    logged = []
+    hook = tf.compat.v1.train.LoggingTensorHook(
+        {"loss": "my_loss:0", "step": "global_step:0"}, every_n_iter=1,
+        formatter=lambda values: logged.append((int(values["step"]), float(values["loss"]))) or "",
+    )
+    config = kte.RunConfig(model_dir=str(tmp_path), train_distribute=strategy, tf_random_seed=7,
+                           tpu_config=kte.TPUConfig(iterations_per_loop=4))
+    estimator = kte.TPUEstimator(loss_named_model_fn, config=config, train_batch_size=16)
+    estimator.train(models.input_fn, steps=8, hooks=[hook])
+    assert [step for step, _ in logged] == [0, 4]  # the step as each run began, as TF1 fetched it
+    # The loss of each execution's last step (steps 4 and 8): a model trained one step at a time gives it.
+    for step, loss in logged:
+        reference = kte.EstimatorModel(loss_named_model_fn, strategy=strategy, train_batch_size=16,
+                                       config=kte.RunConfig(tf_random_seed=7,
+                                                            tpu_config=kte.TPUConfig(iterations_per_loop=1)))
+        history = reference.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=step + 4)], verbose=0)
+        assert reference.last_step_loss == pytest.approx(loss, rel=1e-5)
+        del history
+
+
+def test_hooks_in_the_spec_run_in_their_modes(tmp_path, strategy):
+    seen = {"train": Recorder(), "eval": Recorder(), "infer": Recorder()}
+
+    def model_fn(features, labels, mode, params):
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        field = {"train": "training_hooks", "eval": "evaluation_hooks", "infer": "prediction_hooks"}[mode]
+        return spec._replace(**{field: (seen[mode],)})
+
+    config = kte.RunConfig(model_dir=str(tmp_path), train_distribute=strategy,
+                           tpu_config=kte.TPUConfig(iterations_per_loop=2))
+    estimator = kte.TPUEstimator(model_fn, config=config, train_batch_size=16, eval_batch_size=16,
+                                 predict_batch_size=16)
+    estimator.train(models.input_fn, steps=4)
+    estimator.evaluate(models.input_fn, steps=3)
+    list(estimator.predict(models.predict_input_fn))
+    assert seen["train"].steps == [2, 4]
+    assert seen["eval"].steps == seen["eval"].fetched == [4, 4]
+    assert seen["eval"].calls.count("before_run") == 2  # executions of 2 + 1 steps
+    assert seen["infer"].calls[-1] == ("end", 4) and seen["infer"].calls.count("after_run") >= 1
+
+
+class Listener(tf.compat.v1.train.CheckpointSaverListener):
+    def __init__(self):
+        self.calls = []
+
+    def begin(self):
+        self.calls.append("begin")
+
+    def before_save(self, session, global_step_value):
+        self.calls.append(("before_save", global_step_value, int(session.run("global_step:0"))))
+
+    def after_save(self, session, global_step_value):
+        self.calls.append(("after_save", global_step_value))
+
+    def end(self, session, global_step_value):
+        self.calls.append(("end", global_step_value))
+
+
+def test_saving_listeners_see_every_save(tmp_path, strategy):
+    listener = Listener()
+    make(tmp_path, strategy, save_checkpoints_steps=4).train(models.input_fn, steps=10, saving_listeners=[listener])
+    saves = [call[1] for call in listener.calls if call[0] == "after_save"]
+    assert saves == [4, 8, 10]
+    assert listener.calls[0] == "begin" and listener.calls[-1] == ("end", 10)
+    assert ("before_save", 8, 8) in listener.calls
+
+
+def test_a_checkpoint_saver_hook_replaces_the_saver_as_in_the_estimator(tmp_path):
+    listener = Listener()
+    hook = tf.compat.v1.train.CheckpointSaverHook(str(tmp_path / "elsewhere"), save_steps=2, listeners=[listener])
+    make(tmp_path / "model").train(models.input_fn, steps=4, hooks=[hook])
+    assert [c[1] for c in listener.calls if c[0] == "after_save"] == [4]  # K=4: the boundary after step 4
+    assert kte.checkpoint_step(tf.train.latest_checkpoint(str(tmp_path / "elsewhere"))) == 4
+
+
+def test_the_keras_face_takes_hooks_as_callbacks(strategy):
+    hook = Recorder()
+    model = kte.EstimatorModel(models.get_variable_mlp, strategy=strategy, train_batch_size=16,
+                               config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=4)))
+    model.fit(models.input_fn, callbacks=[hook, kte.StopAtStep(steps=6)], verbose=0)
+    assert hook.steps == [4, 6]
+
+
+def test_the_cpu_path_runs_a_hook_at_every_step_as_the_original(tmp_path):
+    hook = Recorder()
+    estimator = kte.TPUEstimator(models.get_variable_mlp, use_tpu=False, train_batch_size=16,
+                                 config=kte.RunConfig(model_dir=str(tmp_path),
+                                                      tpu_config=kte.TPUConfig(iterations_per_loop=4)))
+    estimator.train(models.input_fn, steps=5, hooks=[hook])
+    assert hook.steps == [1, 2, 3, 4, 5]
+    estimator.train(models.input_fn, steps=4)  # without hooks: executions of 4 again
+    assert kte.checkpoint_step(estimator.latest_checkpoint()) == 9
+
+
+def test_what_cannot_run_is_a_clear_error(tmp_path):
+    with tf.Graph().as_default():  # TF's ProfilerHook opens a TF1 FileWriter: it cannot be built eagerly
+        profiler = tf.compat.v1.train.ProfilerHook(save_steps=1, output_dir=str(tmp_path))
+    with pytest.raises(NotImplementedError, match="keras.callbacks.TensorBoard"):
+        make(tmp_path).train(models.input_fn, steps=1, hooks=[profiler])
+    with pytest.raises(NotImplementedError, match="host_call"):
+        make(tmp_path).train(models.input_fn, steps=1, hooks=[
+            tf.compat.v1.train.SummarySaverHook(save_steps=1, output_dir=str(tmp_path), summary_op=tf.constant(""))])
+    unknown = tf.compat.v1.train.LoggingTensorHook({"x": "no_such_tensor:0"}, every_n_iter=1)
+    with pytest.raises(ValueError, match="no_such_tensor"):
+        make(tmp_path).train(models.input_fn, steps=1, hooks=[unknown])
+    model = kte.EstimatorModel(models.get_variable_mlp, train_batch_size=16)
+    saver_hook = tf.compat.v1.train.CheckpointSaverHook(str(tmp_path / "c"), save_steps=1)
+    with pytest.raises(NotImplementedError, match="CheckpointSaverHook.*saving_listeners"):
+        model.fit(models.input_fn, callbacks=[saver_hook, kte.StopAtStep(steps=1)], verbose=0)
+
+
+def test_a_hook_built_in_model_fn_fetches_its_loss_tensor_and_refuses_step_internals(tmp_path):
+    logged = []
+
+    def model_fn(features, labels, mode, params):
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        tensors = {"loss": spec.loss} if params["ok"] else {"x": features["x"] * 2.0}
+        hook = tf.compat.v1.train.LoggingTensorHook(tensors, every_n_iter=1, formatter=lambda v: logged.append(v) or "")
+        return spec._replace(training_hooks=(hook,))
+
+    def estimator(ok):
+        config = kte.RunConfig(model_dir=str(tmp_path / str(ok)), tpu_config=kte.TPUConfig(iterations_per_loop=2))
+        return kte.TPUEstimator(model_fn, config=config, params={"ok": ok}, train_batch_size=16)
+
+    trained = estimator(True).train(models.input_fn, steps=4)
+    assert len(logged) == 2 and all(np.isfinite(v["loss"]) for v in logged)
+    assert trained is not None
+    with pytest.raises(ValueError, match="a value computed inside the step"):
+        estimator(False).train(models.input_fn, steps=2)
+
+
+def test_step_counter_hook_writes_global_step_per_sec(tmp_path, strategy):
+    output = tmp_path / "counter"
+    hook = tf.compat.v1.train.StepCounterHook(every_n_steps=4, output_dir=str(output))
+    make(tmp_path / "model", strategy).train(models.input_fn, steps=12, hooks=[hook])
+    tf.compat.v1.summary.FileWriterCache.get(str(output)).flush()  # the hook's writer, as TF1 flushed it
+    steps = []
+    for path in tf.io.gfile.glob(str(output / "events*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            steps += [event.step for value in event.summary.value if value.tag == "global_step/sec"]
+    assert steps and all(step in (8, 12) for step in steps)
