@@ -37,3 +37,16 @@ def test_every_module_is_placed_in_a_layer():
     modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
     modules |= {p.parent.name for p in PACKAGE.glob("*/__init__.py")} - {"examples"}
     assert modules == set(LAYERS)
+
+
+def test_private_tensorflow_and_keras_modules_are_imported_only_in_compat():
+    private = ("tensorflow.python", "keras.src", "tf_keras.src")
+    for source in PACKAGE.rglob("*.py"):
+        if "_compat" in source.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            leaked = [n for n in names if n.startswith(private)]
+            assert not leaked, f"{source.name} imports {leaked}: private API belongs in _compat"

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import heapq
 import importlib
 import sys
 import threading
 import warnings
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,12 +21,20 @@ import keras
 import tensorflow as tf
 from keras.src.backend.common import global_state as _keras_global_state
 from keras.src.backend.common import name_scope as _keras_name_scope
-from tensorflow.python.distribute import distribute_lib as _distribute_lib
 from tensorflow.python.framework import func_graph as _func_graph
-from tensorflow.python.ops import handle_data_util as _handle_data_util
 from tensorflow.python.ops import variable_scope as _variable_scope
 from tensorflow.python.training import moving_averages as _moving_averages
 
+from keras_tpu_estimator._compat.graph_copy import (  # noqa: F401  (part of this module's API)
+    copy_needed_ops,
+    merge_calls_under_creator,
+    scratch_graph,
+)
+from keras_tpu_estimator._compat.tpu_export import (  # noqa: F401  (part of this module's API)
+    inside_tpu_rewrite,
+    prune_unconnected_ops_from_xla,
+    tpu_partitioned_call,
+)
 from keras_tpu_estimator.per_thread import PerThreadCounts, PerThreadList
 from keras_tpu_estimator.versions import SUPPORTED, supported_range
 
@@ -220,39 +226,6 @@ def adopt_variable(tf_variable: tf.Variable, name: str, **kwargs: Any) -> keras.
 
 
 @contextlib.contextmanager
-def merge_calls_under_creator(creator: Any) -> Iterator[None]:
-    """Runs every `merge_call` function with `creator` on top of the creator stack.
-
-    TF1 optimizers create slots and `beta1_power` inside
-    `ReplicaContext.merge_call`, which runs in the strategy's thread with the
-    strategy's own creator above any replica scope. It also records the ops
-    each merge creates (see `copy_needed_ops`). Patches
-    `tensorflow.python.distribute.distribute_lib.ReplicaContext.merge_call`
-    while active and restores it on exit.
-    """
-    original = _distribute_lib.ReplicaContext.merge_call
-
-    def merge_call(self: Any, merge_fn: Any, args: Any = (), kwargs: Any = None) -> Any:
-        def under_creator(*fn_args: Any, **fn_kwargs: Any) -> Any:
-            graph = tf.compat.v1.get_default_graph()
-            first = len(graph.get_operations())
-            with tf.variable_creator_scope(creator):
-                result = merge_fn(*fn_args, **fn_kwargs)
-            # Every replica is paused here: what was created is this merge's.
-            _MERGE_GROUPS.setdefault(graph, []).append(graph.get_operations()[first:])
-            return result
-
-        return original(self, under_creator, args, kwargs)
-
-    _distribute_lib.ReplicaContext.merge_call = merge_call
-    try:
-        yield
-    finally:
-        _distribute_lib.ReplicaContext.merge_call = original
-
-
-
-@contextlib.contextmanager
 def recording_init_from_checkpoint(calls: list) -> Iterator[None]:
     """Records `tf.compat.v1.train.init_from_checkpoint(ckpt, map)` calls instead of running them.
 
@@ -394,227 +367,6 @@ def loaded_tf_keras_layer() -> Any:
 def cross_shard_parts(optimizer: Any) -> tuple[Any, str, Any]:
     """`(wrapped optimizer, reduction, group_assignment)` of a `CrossShardOptimizer`."""
     return optimizer._opt, optimizer._reduction, optimizer._group_assignment
-
-
-@contextlib.contextmanager
-def scratch_graph(name: str) -> Iterator[tf.Graph]:
-    """A child `FuncGraph` of the current graph that adds no automatic control dependencies.
-
-    Ops traced in it run only if `copy_needed_ops` copies them into the real
-    graph: TF1's `session.run` semantics. It captures outer tensors as
-    placeholders and shares the outer graph's allow-listed collections, as
-    any nested `FuncGraph` does (`tensorflow.python.framework.func_graph.FuncGraph`).
-    """
-    graph = _func_graph.FuncGraph(name)
-    # Like a cond or while body: collective ops put their call-time instance
-    # keys (`capture_call_time_value`) in the enclosing function, not here.
-    graph.is_control_flow_graph = True
-    with graph.as_default():
-        yield graph
-
-
-_MERGE_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _needed_ops(graph: tf.Graph, values: list) -> set:
-    """The ops of `graph` that `values` (tensors and operations) depend on, by data or control.
-
-    The ops of one `merge_call` (recorded by `merge_calls_under_creator`) are
-    one unit: a cross-replica update or all-reduce runs on every device or on
-    none, though each replica's result may depend on its own device's part only.
-    """
-    group_of = {}
-    for group in _MERGE_GROUPS.get(graph, []):
-        # A placeholder made during a merge is a capture that later ops share.
-        group = [op for op in group if op.type != "Placeholder"]
-        for op in group:
-            group_of[op] = group
-    stack = [v if isinstance(v, tf.Operation) else v.op for v in values]
-    needed: set = set()
-    while stack:
-        op = stack.pop()
-        if op in needed or op.graph is not graph:
-            continue
-        needed.add(op)
-        stack.extend(tensor.op for tensor in op.inputs)
-        stack.extend(op.control_inputs)
-        stack.extend(group_of.get(op, ()))
-    return needed
-
-
-def _creation_order_topologically(graph: tf.Graph, needed: set) -> list:
-    """`needed` in creation order, except that an op follows all its inputs.
-
-    Creation order is topological until a gradient rewrites a forward op: a
-    while loop's gradient adds later-made accumulators to the forward `While`'s
-    inputs. Program order is kept wherever the dependencies allow.
-    """
-    created = [op for op in graph.get_operations() if op in needed]
-    order = {op: index for index, op in enumerate(created)}
-
-    def sources(op: tf.Operation) -> set:
-        return {t.op for t in op.inputs if t.op in order} | {c for c in op.control_inputs if c in order}
-
-    waiting = {op: len(sources(op)) for op in created}
-    users: dict = collections.defaultdict(list)
-    for op in created:
-        for source in sources(op):
-            users[source].append(op)
-    ready = [order[op] for op in created if waiting[op] == 0]  # already a heap: ascending
-    result = []
-    while ready:
-        op = created[heapq.heappop(ready)]
-        result.append(op)
-        for user in users[op]:
-            waiting[user] -= 1
-            if waiting[user] == 0:
-                heapq.heappush(ready, order[user])
-    if len(result) != len(order):
-        raise ValueError("model_fn's step graph has a cycle; it cannot be run.")
-    return result
-
-
-def copy_needed_ops(graph: tf.Graph, values: list) -> list:
-    """Copies the ops of `graph` that `values` need into the current graph; returns the copies.
-
-    `graph` is a `scratch_graph`. Ops are copied in creation order as far as
-    their dependencies allow, with their device, attributes but colocation, static
-    shapes and resource handle data; captured placeholders become the outer
-    tensors they stand for (`FuncGraph.captures`), and the functions that
-    control flow ops call are added to the current graph
-    (`Graph._functions`, `Graph._add_function_recursive`,
-    `Graph._create_op_internal`, `handle_data_util.copy_handle_data`).
-    Values that are not of `graph` are returned as they are.
-    """
-    if graph.deferred_external_captures:
-        raise NotImplementedError(
-            "model_fn captured a value that is only known when the step runs "
-            "(a deferred capture); this is not supported."
-        )
-    values_of_graph = [
-        v for v in values if isinstance(v, (tf.Tensor, tf.Operation)) and v.graph is graph
-    ]
-    needed = _needed_ops(graph, values_of_graph)
-    target = tf.compat.v1.get_default_graph()
-    for function in graph._functions.values():
-        if not target._is_function(function.name):
-            target._add_function_recursive(function)
-    tensors = {internal.ref(): external for external, internal in graph.captures}
-    copies: dict = {}
-    for op in _creation_order_topologically(graph, needed):
-        if op.outputs and op.outputs[0].ref() in tensors:
-            continue
-        missing = [t for t in op.inputs if t.ref() not in tensors]
-        if missing:
-            raise ValueError(
-                f"Cannot run '{op.name}': its input '{missing[0].name}' is a placeholder of "
-                "the step, not a value model_fn received."
-            )
-        attrs = {key: value for key, value in op.node_def.attr.items() if key != "_class"}
-        copy = target._create_op_internal(
-            op.type,
-            [tensors[t.ref()] for t in op.inputs],
-            dtypes=[t.dtype for t in op.outputs],
-            name=op.name,
-            attrs=attrs,
-            op_def=op.op_def,
-            compute_device=False,
-        )
-        if op.device:
-            copy._set_device(op.device)
-        control = [copies[c] for c in op.control_inputs if c in copies]
-        if control:
-            copy._add_control_inputs(control)
-        for old, new in zip(op.outputs, copy.outputs, strict=True):
-            new.set_shape(old.shape)
-            if old.dtype in (tf.resource, tf.variant):
-                _handle_data_util.copy_handle_data(old, new)
-            tensors[old.ref()] = new
-        copies[op] = copy
-    result = []
-    for value in values:
-        if isinstance(value, tf.Operation) and value.graph is graph:
-            result.append(copies[value])
-        elif isinstance(value, tf.Tensor) and value.graph is graph:
-            result.append(tensors[value.ref()])
-        else:
-            result.append(value)
-    return result
-
-
-def tpu_partitioned_call(body: Callable[[], list], name: str = "tpu_subgraph") -> list:
-    """Runs `body` as one TF1 function through a `TPUPartitionedCall` on a round-robin TPU core.
-
-    `body` takes no arguments and returns a list of tensors; outer tensors and
-    resource variables it uses become the function's captured inputs
-    (variables by handle, not by value). The function is named `name` plus a
-    hash of its body. The core is picked per call by a
-    `TPUOrdinalSelector`. Wraps `tensorflow.python.framework.function.Defun`
-    (`capture_resource_var_by_value=False`), whose graph creates
-    `tf.compat.v1.get_variable`s in the outer graph, and
-    `tensorflow.python.tpu.ops.tpu_ops.tpu_partitioned_call` /
-    `tpu_ordinal_selector` (public as `tf.raw_ops.TPUPartitionedCall` and
-    `tf.raw_ops.TPUOrdinalSelector`, which do not take a Defun). The Defun's
-    graph uses the variable creators of the outermost graph. Checked
-    on TensorFlow 2.20 and 2.21; TPUEstimator 2.15 built the same ops.
-    """
-    from tensorflow.python.framework import function as tf1_function
-    from tensorflow.python.tpu.ops import tpu_ops
-
-    with tf.init_scope():  # the graph being exported, outside any function being built
-        outer = tf.compat.v1.get_default_graph()
-
-    def tpu_subgraph() -> list:
-        # A Defun graph starts with no variable creators; use the exported graph's
-        # (`Graph._variable_creator_stack`), so creator scopes entered around
-        # model_fn (Keras path names) apply inside. Not those of an enclosing
-        # tf.function (the batching op's): they expect a tf.function graph.
-        graph = tf.compat.v1.get_default_graph()
-        saved = graph._variable_creator_stack
-        graph._variable_creator_stack = outer._variable_creator_stack
-        # `get_or_create_global_step()` in model_fn finds the exported graph's step instead of
-        # creating a second `global_step` (which TPUEstimator's export failed on).
-        step_key = tf.compat.v1.GraphKeys.GLOBAL_STEP
-        if not graph.get_collection(step_key):
-            for step in outer.get_collection(step_key):
-                graph.add_to_collection(step_key, step)
-        try:
-            return body()
-        finally:
-            graph._variable_creator_stack = saved
-
-    tpu_subgraph.__name__ = name
-    tpu_subgraph = tf1_function.Defun(capture_resource_var_by_value=False)(tpu_subgraph)
-    output_types = [arg.type for arg in tpu_subgraph.definition.signature.output_arg]
-    return tpu_ops.tpu_partitioned_call(
-        args=tpu_subgraph.captured_inputs,
-        device_ordinal=tpu_ops.tpu_ordinal_selector(),
-        Tout=output_types,
-        f=tpu_subgraph,
-    )
-
-
-def prune_unconnected_ops_from_xla(graph: tf.Graph) -> None:
-    """Keeps unconsumed placeholder-like ops of `graph` out of XLA compilation.
-
-    Wraps `tensorflow.python.tpu.tpu.prune_unconnected_ops_from_xla` (checked
-    on TensorFlow 2.20 and 2.21); there is no public alternative.
-    """
-    from tensorflow.python.tpu import tpu
-
-    tpu.prune_unconnected_ops_from_xla(graph)
-
-
-def inside_tpu_rewrite() -> bool:
-    """Whether a TPU computation (`tf.compat.v1.tpu.rewrite`, `tpu.shard`) is being built.
-
-    Reads `tensorflow.python.tpu.tpu_function.get_tpu_context().number_of_shards`
-    (set while a rewrite traces its computation; checked on TensorFlow 2.20
-    and 2.21), the state behind "tpu_shard_context cannot be nested".
-    """
-    from tensorflow.python.tpu import tpu_function
-
-    return tpu_function.get_tpu_context().number_of_shards is not None
 
 
 def stop_at_step_hook_target(hook: Any, global_step: int) -> int | None:
