@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import inspect
 import os
 import re
 from typing import Any, NamedTuple
 
 import numpy as np
+import tensorflow as tf
 
+from keras_tpu_estimator.spec import function_args
 from keras_tpu_estimator.tf_config import cluster_settings, read_tf_config
 
 
@@ -251,19 +252,6 @@ def check_supported(tpu_config: TPUConfig) -> None:
 _USE_DEFAULT = object()
 
 
-def _config_proto() -> type:
-    import tensorflow as tf  # noqa: PLC0415  (config values need no TensorFlow until checked)
-
-    return tf.compat.v1.ConfigProto
-
-
-def _argument_names(fn: Any) -> list[str]:
-    try:
-        return list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return []
-
-
 def _check_at_least(config: Any, name: str, bound: int, strict: bool = False) -> None:
     value = getattr(config, name)
     if value is not None and (value <= bound if strict else value < bound):
@@ -369,10 +357,10 @@ class RunConfig:
             raise ValueError("tf_random_seed must be integer.")
         if self.protocol not in (None, "grpc", "grpc+verbs"):
             raise ValueError("protocol should be grpc or grpc+verbs")
-        if self.session_config is not None and not isinstance(self.session_config, _config_proto()):
+        if self.session_config is not None and not isinstance(self.session_config, tf.compat.v1.ConfigProto):
             raise ValueError("session_config must be instance of ConfigProto")
         if self.device_fn is not None and not (
-            callable(self.device_fn) and _argument_names(self.device_fn) == ["op"]
+            callable(self.device_fn) and function_args(self.device_fn) == ("op",)
         ):
             raise ValueError('device_fn must be callable with exactly one argument "op".')
         delay = self.experimental_max_worker_delay_secs

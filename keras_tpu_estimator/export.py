@@ -33,7 +33,6 @@ import tensorflow as tf
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.checkpoints import resolve_checkpoint_path
 from keras_tpu_estimator.inference import model_fn_inference_on_tpu
-from keras_tpu_estimator.inputs import function_args
 from keras_tpu_estimator.legacy import model_fn_scope
 from keras_tpu_estimator.serving import (
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
@@ -48,7 +47,7 @@ from keras_tpu_estimator.serving import (
     build_raw_serving_input_receiver_fn,
     build_raw_supervised_input_receiver_fn,
 )
-from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_spec
+from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_spec, function_args
 
 _log = logging.getLogger("keras_tpu_estimator")
 SERVE, TPU = tf.saved_model.SERVING, "tpu"

@@ -42,10 +42,9 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
-from keras_tpu_estimator.inputs import function_args
 from keras_tpu_estimator.legacy import model_fn_scope
 from keras_tpu_estimator.serving import ClassificationOutput, PredictOutput, RegressionOutput
-from keras_tpu_estimator.spec import AnySpec, ModeKeys, ModelFn, check_spec
+from keras_tpu_estimator.spec import AnySpec, ModeKeys, ModelFn, check_spec, function_args
 
 # The key under which a single-tensor `predictions` travels through the TPU call.
 _SINGLE_PREDICTION = "_key_when_predictions_is_a_tensor"

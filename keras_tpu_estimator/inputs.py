@@ -8,24 +8,14 @@ Batch arithmetic comes from `strategy.py`.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
 from keras_tpu_estimator.config import InputPipelineConfig
-from keras_tpu_estimator.spec import InputFn, ModeKeys
+from keras_tpu_estimator.spec import InputFn, ModeKeys, function_args
 
 Element = tuple  # (features, labels or None)
-
-
-def function_args(fn: Callable[..., Any]) -> tuple[str, ...]:
-    """Names of `fn`'s parameters (`functools.partial` and bound methods included)."""
-    try:
-        return tuple(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return ()
 
 
 def split_element(element: Any) -> Element:

@@ -37,7 +37,6 @@ from keras_tpu_estimator.cross_replica import synchronized_gradients
 from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.inputs import (
     call_input_fn,
-    function_args,
     per_replica_spec,
     placeholders,
     static_batch_size,
@@ -53,6 +52,7 @@ from keras_tpu_estimator.spec import (
     check_model_fn,
     check_params,
     check_spec,
+    function_args,
 )
 from keras_tpu_estimator.strategy import TPUContext, num_workers, per_replica_batch_size
 from keras_tpu_estimator.variables import VariableStore

@@ -111,8 +111,10 @@ class HookSession:
         if fetches is None:
             return None
         elements = [self._element(f) for f in tf.nest.flatten(fetches)]
-        feed = {f"{name}:0": self._providers[name]() for name in self._needed(elements)}
-        feed.update(snapshot or {})
+        feed = dict(snapshot or {})  # values read as the run began; read the rest now
+        for name in self._needed(elements):
+            if f"{name}:0" not in feed:
+                feed[f"{name}:0"] = self._providers[name]()
         feed.update(feed_dict or {})
         if self._session is None:
             self._session = tf.compat.v1.Session(graph=self.graph)

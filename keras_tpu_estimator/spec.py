@@ -113,14 +113,22 @@ def check_hooks(name: str, hooks: Sequence[Any] | None) -> tuple:
 RESERVED_PARAMS_KEYS = ("batch_size", "context")
 
 
-def _argument_names(fn: Any, named_only: bool = False) -> list[str]:
-    """`fn`'s parameter names (without `*args` / `**kwargs` when `named_only`); [] if unknown."""
+def function_args(fn: Callable[..., Any], named_only: bool = False) -> tuple[str, ...]:
+    """Names of `fn`'s parameters (`functools.partial` and bound methods included); () if unknown.
+
+    `named_only` leaves out `*args` / `**kwargs`, as the Estimator's `fn_args` did.
+
+    Example:
+
+    >>> function_args(lambda features, params, **kwargs: None, named_only=True)
+    ('features', 'params')
+    """
     try:
         parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return []
+        return ()
     skipped = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) if named_only else ()
-    return [p.name for p in parameters if p.kind not in skipped]
+    return tuple(p.name for p in parameters if p.kind not in skipped)
 
 
 def check_params(params: Any) -> dict:
@@ -140,7 +148,7 @@ def check_model_fn(model_fn: Any) -> None:
     """Raises the seed's errors for a `model_fn` that is not callable or lacks `params`."""
     if not callable(model_fn):
         raise TypeError(f"`model_fn` must be callable. Received: {model_fn!r}")
-    if "params" not in _argument_names(model_fn):
+    if "params" not in function_args(model_fn):
         raise ValueError(
             f"model_fn ({model_fn}) does not include params argument, required by "
             "TPUEstimator to pass batch size as params['batch_size']. Add a `params` argument."
@@ -156,7 +164,7 @@ def verify_model_fn_args(model_fn: Any, params: dict | None) -> None:
     `model_fn` must take `features`, take `params` when params are given, and
     take nothing beyond `features, labels, mode, params, config` (and `self`).
     """
-    args = set(_argument_names(model_fn, named_only=True))
+    args = set(function_args(model_fn, named_only=True))
     if "features" not in args:
         raise ValueError(f"model_fn ({model_fn}) must include features argument.")
     if params is not None and "params" not in args:
@@ -366,31 +374,35 @@ def _is_tensor(value: Any) -> bool:
     return tf.is_tensor(value) or isinstance(value, tf.Variable | tf.distribute.DistributedValues)
 
 
-def _check_fields(mode: Any, predictions: Any, loss: Any, train_op: Any, export_outputs: Any) -> tuple:
-    """The Estimator's spec checks, with its messages: `(predictions, loss)` (a `[1]` loss reshaped).
+def _checked_loss(mode: Any, loss: Any, train_op: Any) -> Any:
+    """`loss` after the Estimator's `loss` and `train_op` checks (a `[1]` loss reshaped to a scalar).
 
     A TRAIN spec without `train_op` is accepted here: this library trains it
     with the model's Keras optimizer, and raises "Missing train_op." when the
     model has none.
     """
-    if train_op is not None:
-        if not (isinstance(train_op, tf.Operation) or _is_tensor(train_op)):
-            raise TypeError(f"train_op must be Operation or Tensor, given: {train_op}")
-        _check_graph("train_op", train_op)
+    if train_op is not None and not (isinstance(train_op, tf.Operation) or _is_tensor(train_op)):
+        raise TypeError(f"train_op must be Operation or Tensor, given: {train_op}")
     if loss is None:
         if mode in (ModeKeys.TRAIN, ModeKeys.EVAL):
-            raise ValueError("Missing loss.")
-    else:
-        if not _is_tensor(loss):
-            raise TypeError(f"loss must be Tensor, given: {loss}")
-        if loss.shape.num_elements() not in (None, 1):
-            raise ValueError(f"Loss must be scalar, given: {loss}")
-        if loss.shape.rank not in (0, None) and tf.is_tensor(loss):
-            loss = tf.reshape(loss, [])
-        _check_graph("loss", loss)
+            raise ValueError("Missing loss. TRAIN and EVAL specs need a scalar loss tensor.")
+        return loss
+    if not (tf.is_tensor(loss) or isinstance(loss, tf.Variable)):
+        raise TypeError(f"loss must be Tensor, given: {loss}")
+    if loss.shape.num_elements() not in (None, 1):
+        raise ValueError(f"Loss must be scalar, given: {loss}. Reduce it, e.g. with tf.reduce_mean.")
+    return tf.reshape(loss, []) if loss.shape.rank not in (0, None) else loss
+
+
+def _check_fields(mode: Any, predictions: Any, loss: Any, train_op: Any, export_outputs: Any) -> tuple:
+    """The Estimator's spec checks, with its messages: `(predictions, loss)` (see `_checked_loss`)."""
+    loss = _checked_loss(mode, loss, train_op)
+    for name, value in (("train_op", train_op), ("loss", loss)):
+        if value is not None:
+            _check_graph(name, value)
     if predictions is None:
         if mode == ModeKeys.PREDICT:
-            raise ValueError("Missing predictions.")
+            raise ValueError("Missing predictions. PREDICT specs need a dict of batch-major tensors.")
     elif isinstance(predictions, dict):
         for key, value in predictions.items():
             if not _is_tensor(value):
@@ -447,28 +459,13 @@ def check_spec(spec: Any, mode: str, model_fn: ModelFn) -> AnySpec:
             "training_chief_hooks returned by EstimatorSpec is not supported in TPUEstimator."
             "If you want to pass training hooks, please pass via training_hooks."
         )
-    op_like = (tf.Operation, tf.Variable, tf.distribute.DistributedValues)
-    if spec.train_op is not None and not (isinstance(spec.train_op, op_like) or tf.is_tensor(spec.train_op)):
-        raise TypeError(f"train_op must be Operation or Tensor, given: {spec.train_op}")
-    if spec.loss is None:
-        if mode in (ModeKeys.TRAIN, ModeKeys.EVAL):
-            raise ValueError(
-                f"Missing loss. `model_fn` ({fn_name}) returned a spec without `loss` in mode "
-                f"{mode!r}; TRAIN and EVAL need a scalar loss tensor."
-            )
-    else:
-        if not (tf.is_tensor(spec.loss) or isinstance(spec.loss, tf.Variable)):
-            raise TypeError(f"loss must be Tensor, given: {spec.loss}")
-        if spec.loss.shape.num_elements() not in (None, 1):
-            raise ValueError(
-                f"Loss must be scalar, given: {spec.loss}. Reduce it to a scalar, e.g. with "
-                "tf.reduce_mean."
-            )
-        if spec.loss.shape.rank not in (0, None):
-            spec = spec._replace(loss=tf.reshape(spec.loss, []))
+    try:
+        loss = _checked_loss(mode, spec.loss, spec.train_op)
+    except ValueError as error:  # the spec was built for another mode (or None): say which
+        raise ValueError(f"{error} (what `model_fn` ({fn_name}) returned in mode {mode!r})") from None
     if mode == ModeKeys.PREDICT and spec.predictions is None:
         raise ValueError(
             f"Missing predictions. `model_fn` ({fn_name}) returned a spec without `predictions` "
             "in mode 'infer' (PREDICT); return a dict of batch-major tensors."
         )
-    return spec
+    return spec if loss is spec.loss else spec._replace(loss=loss)
