@@ -3,7 +3,9 @@
 The test marked `install` builds a venv that holds only `tensorflow-cpu` (as
 many CPU machines do; TPU VMs hold `tensorflow-tpu`) and asks pip what
 installing this project would add: no TensorFlow distribution may be in it.
-It needs the package index, so it runs as its own CI step.
+Another builds the wheel, as `pip install` does, and checks the build prints no
+deprecation warning and states the SPDX license `Apache-2.0`.
+They need the package index, so they run as their own CI step.
 """
 
 import json
@@ -12,6 +14,7 @@ import re
 import subprocess
 import sys
 import venv
+import zipfile
 
 import pytest
 
@@ -86,3 +89,18 @@ def test_a_tensorflow_cpu_machine_gets_no_second_tensorflow(tmp_path):
     report = tmp_path / "tf_keras.json"
     pip("install", "--dry-run", "--quiet", "--no-deps", "--report", str(report), requirement)
     assert [normalized(i["metadata"]["name"]) for i in json.loads(report.read_text())["install"]] == ["tf-keras"]
+
+
+@pytest.mark.install
+def test_the_build_is_quiet_and_states_an_spdx_license(tmp_path):
+    # This suite's pip (a recent one shows the build backend's warnings, the venv's bundled pip does not).
+    run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    output = run.stdout + run.stderr
+    assert not re.search(r"deprecat", output, flags=re.IGNORECASE), output[-3000:]
+    (wheel,) = tmp_path.glob("keras_tpu_estimator-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(name).decode()
+    assert "License-Expression: Apache-2.0\n" in metadata
