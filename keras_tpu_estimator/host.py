@@ -16,7 +16,6 @@ outside it): it is then called eagerly for every step.
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +23,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-_log = logging.getLogger("keras_tpu_estimator")
+from keras_tpu_estimator.logs import get_logger
+
+_log = get_logger(__name__)
 _WRITER_INIT_COLLECTION = "_SUMMARY_WRITER_V2"  # summary_ops_v2._SUMMARY_WRITER_INIT_COLLECTION_NAME
 
 

@@ -14,14 +14,15 @@ signal of the same kind acts at once, as without this module.
 from __future__ import annotations
 
 import contextlib
-import logging
 import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+from keras_tpu_estimator.logs import get_logger
+
 PREEMPTION_EXIT_CODE = 42
-_log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 
 
 class StopRequests:

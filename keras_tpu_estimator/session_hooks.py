@@ -31,7 +31,6 @@ model.fit(input_fn, callbacks=[SessionRunHookCallback(hook), StopAtStep(steps=8)
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import keras
@@ -39,9 +38,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.spec import ModeKeys
 
-_log = logging.getLogger("keras_tpu_estimator")
+_log = get_logger(__name__)
 _MODES = {"train": ModeKeys.TRAIN, "test": ModeKeys.EVAL, "predict": ModeKeys.PREDICT}
 _FETCHABLE = (
     "Hooks can fetch the global step ('global_step:0'), the model's variables (by TF1 name, e.g. "

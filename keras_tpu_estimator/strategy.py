@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import glob
 import json
-import logging
 import os
 from typing import Any
 
@@ -17,8 +16,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.logs import get_logger
 
-_log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 _RESOLVED: dict[str, tf.distribute.Strategy] = {}
 _INITIALIZED: set[str] = set()
 

@@ -10,7 +10,6 @@ with `StopAtStep`, `CheckpointSaver`, `StepSummaries` and `StepLogger`.
 from __future__ import annotations
 
 import enum
-import logging
 import math
 import os
 import tempfile
@@ -43,6 +42,7 @@ from keras_tpu_estimator.config import (
 )
 from keras_tpu_estimator.export import export_estimator_savedmodel, export_saved_model
 from keras_tpu_estimator.inference import BatchConfig, inference_on_tpu, model_fn_inference_on_tpu
+from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.spec import (
     InputFn,
@@ -56,7 +56,7 @@ from keras_tpu_estimator.spec import (
 from keras_tpu_estimator.strategy import is_chief
 from keras_tpu_estimator.worker_errors import sharing_worker_errors
 
-_log = logging.getLogger("keras_tpu_estimator")
+_log = get_logger(__name__)
 
 # What `tensorflow_estimator.python.estimator.tpu.tpu_estimator` offered, for `from ... import tpu_estimator`.
 __all__ = [
