@@ -31,9 +31,11 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator._compat.deprecations import quiet_deprecations
 from keras_tpu_estimator.checkpoints import resolve_checkpoint_path
 from keras_tpu_estimator.inference import model_fn_inference_on_tpu
 from keras_tpu_estimator.legacy import model_fn_scope
+from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.serving import (
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
     ClassificationOutput,
@@ -49,7 +51,7 @@ from keras_tpu_estimator.serving import (
 )
 from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_spec, function_args
 
-_log = logging.getLogger("keras_tpu_estimator")
+_log = get_logger(__name__)
 SERVE, TPU = tf.saved_model.SERVING, "tpu"
 
 
@@ -131,11 +133,12 @@ def _build_supervised_graph(
             outputs[f"metrics/{name}/value"] = value
             outputs[f"metrics/{name}/update_op"] = update
         info = tf.compat.v1.saved_model.utils.build_tensor_info
-        signature = tf.compat.v1.saved_model.signature_def_utils.build_signature_def(
-            inputs={k: info(v) for k, v in receiver.receiver_tensors.items()},
-            outputs={k: info(v) for k, v in outputs.items()},
-            method_name=_SUPERVISED[mode][1],
-        )
+        with quiet_deprecations():  # TF1's SavedModel builders: nothing for the user to change
+            signature = tf.compat.v1.saved_model.signature_def_utils.build_signature_def(
+                inputs={k: info(v) for k, v in receiver.receiver_tensors.items()},
+                outputs={k: info(v) for k, v in outputs.items()},
+                method_name=_SUPERVISED[mode][1],
+            )
         saver = tf.compat.v1.train.Saver(
             {v.op.name: v for v in tf.compat.v1.global_variables()}, sharded=True, allow_empty=True
         )
@@ -166,7 +169,8 @@ def _build_graph(
             with _compat.keras_layer_variables_named_by_path(), _compat.fresh_keras_auto_names():
                 spec = model_fn_inference_on_tpu(model_fn, receiver.features, None, config, params)
             outputs = _export_outputs(spec)
-        signatures = {key: output.as_signature_def(receiver.receiver_tensors) for key, output in outputs.items()}
+        with quiet_deprecations():
+            signatures = {key: output.as_signature_def(receiver.receiver_tensors) for key, output in outputs.items()}
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
         saver = tf.compat.v1.train.Saver(variables, sharded=True, allow_empty=True)
     return graph, signatures, saver
