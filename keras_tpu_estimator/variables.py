@@ -61,6 +61,10 @@ class VariableStore:
         w = tf.compat.v1.get_variable("w", [3], initializer=tf.zeros_initializer())
     store.variables_by_name["w"]  # a keras.Variable named "w" in TF1 terms
     ```
+
+    Each variable's Keras `path` is its TF1 name (`mlp/hidden/kernel`), so
+    `model.weights`, TensorBoard and Keras optimizers show it; its `name`
+    (`mlp__hidden__kernel`) has no "/", which Keras forbids in names.
     """
 
     def __init__(self, owner: keras.layers.Layer, strategy: tf.distribute.Strategy):
@@ -269,6 +273,7 @@ class VariableStore:
             variable = _compat.adopt_variable(
                 tf_variable,
                 key.replace("/", "__"),
+                path=key,
                 aggregation=_AGGREGATION[aggregation or tf.VariableAggregation.NONE],
                 synchronization=_SYNCHRONIZATION[synchronization],
             )

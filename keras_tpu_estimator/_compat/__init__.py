@@ -201,10 +201,12 @@ def unpacked_tpu_variables(strategy: tf.distribute.Strategy) -> Iterator[None]:
 class _AdoptedVariable(keras.Variable):
     """A `keras.Variable` that wraps an existing `tf.Variable` instead of making one.
 
-    Overrides the TensorFlow backend's `Variable._initialize` (Keras 3.15).
+    Overrides the TensorFlow backend's `Variable._initialize` (Keras 3.15) and,
+    given a `path`, sets Keras' private `Variable._path` (Keras forbids "/" in
+    `name` but `path` is what `weights`, summaries and optimizers show).
     """
 
-    def __init__(self, tf_variable: tf.Variable, name: str, **kwargs: Any):
+    def __init__(self, tf_variable: tf.Variable, name: str, path: str | None = None, **kwargs: Any):
         self._adopted = tf_variable
         super().__init__(
             initializer=lambda shape, dtype: None,
@@ -214,15 +216,23 @@ class _AdoptedVariable(keras.Variable):
             name=name,
             **kwargs,
         )
+        if path is not None:
+            self._path = path
 
     def _initialize(self, value: Any) -> None:
         self._value = self._adopted
         del self._adopted
 
 
-def adopt_variable(tf_variable: tf.Variable, name: str, **kwargs: Any) -> keras.Variable:
-    """Wraps `tf_variable` (plain, mirrored or TPU) in a `keras.Variable` named `name`."""
-    return _AdoptedVariable(tf_variable, name, **kwargs)
+def adopt_variable(
+    tf_variable: tf.Variable, name: str, path: str | None = None, **kwargs: Any
+) -> keras.Variable:
+    """Wraps `tf_variable` (plain, mirrored or TPU) in a `keras.Variable` named `name`.
+
+    `path` (default: Keras' own, the enclosing layer path and `name`) may hold
+    "/" (`mlp/hidden/kernel`), which `name` may not.
+    """
+    return _AdoptedVariable(tf_variable, name, path, **kwargs)
 
 
 @contextlib.contextmanager
