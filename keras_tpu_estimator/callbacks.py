@@ -17,7 +17,6 @@ time-based decisions are agreed on by all workers.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 import time
@@ -34,11 +33,12 @@ from keras_tpu_estimator.checkpoints import (
 )
 from keras_tpu_estimator.config import check_positive_int
 from keras_tpu_estimator.export import export_saved_model
+from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.session_hooks import hook_session
 from keras_tpu_estimator.spec import ModeKeys
 from keras_tpu_estimator.strategy import any_worker, is_chief
 
-_log = logging.getLogger("keras_tpu_estimator")
+_log = get_logger(__name__)
 
 
 def _writable_dir(model: keras.Model, directory: str) -> tuple[str, str | None]:
@@ -163,6 +163,15 @@ class CheckpointSaver(keras.callbacks.Callback):
 
     def _save(self) -> None:
         step = self.model.global_step
+        if not getattr(self.model, "last_execution_finite", True):
+            # TerminateOnNaN lets training end normally: never keep NaN weights.
+            _log.warning(
+                "Not saving a checkpoint at global step %d: the last execution's loss or "
+                "weights are NaN/Inf. The newest checkpoint in %s is from before it.",
+                step, self.model_dir,
+            )
+            self._last_step, self._last_time = step, time.monotonic()
+            return
         for listener in self.listeners:
             listener.before_save(self._session, step)
         self._keeper.save(step)
@@ -344,6 +353,34 @@ class SavedModelExporter(keras.callbacks.Callback):
             self._export()
 
 
+def _older_optimizer_names(names: list, model_names: dict, stored: set) -> dict:
+    """`{name: name in the checkpoint}` for Keras optimizer variables saved by version 0.1.
+
+    0.1 saved `keras_optimizer/<optimizer name>/<path>`, with the optimizer's
+    per-process name (`sgd`, `sgd_1`) and slots named after `mlp__hidden__kernel`
+    where the path is now the TF1 name (`mlp_hidden_kernel_momentum`). Used
+    only when the checkpoint holds one such optimizer name.
+    """
+    owners = {key.split("/")[1] for key in stored if key.startswith("keras_optimizer/") and key.count("/") >= 2}
+    if len(owners) != 1:
+        return {}
+    owner = owners.pop()
+    prefixes = sorted((v for v in model_names if "/" in v), key=len, reverse=True)
+    older = {}
+    for name in names:
+        relative = name[len("keras_optimizer/"):]
+        forms = [relative]
+        for variable in prefixes:
+            if relative.startswith(variable.replace("/", "_") + "_"):
+                forms.append(variable.replace("/", "__") + relative[len(variable):])
+                break
+        for form in forms:
+            if name not in stored and f"keras_optimizer/{owner}/{form}" in stored:
+                older[name] = f"keras_optimizer/{owner}/{form}"
+                break
+    return older
+
+
 class RestoreOrWarmStart(keras.callbacks.Callback):
     """Before the first execution: restore `checkpoint`, else apply warm-start settings.
 
@@ -366,7 +403,15 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
         variables = self.model.checkpoint_variables
         if self._checkpoint:
             optimizer = [name for name in variables if name.startswith("keras_optimizer/")]
-            restore_checkpoint(self._checkpoint, variables, allow_missing=optimizer)
+            stored = set(tf.train.load_checkpoint(self._checkpoint).get_variable_to_shape_map())
+            name_map = _older_optimizer_names(optimizer, self.model.variables_by_name, stored)
+            restore_checkpoint(self._checkpoint, variables, name_map=name_map, allow_missing=optimizer)
+            fresh = [name for name in optimizer if name_map.get(name, name) not in stored]
+            if fresh and any(name.startswith("keras_optimizer/") for name in stored):
+                _log.warning(
+                    "The checkpoint %s has no value for %d Keras optimizer variable(s) (%s...): "
+                    "they start fresh.", self._checkpoint, len(fresh), fresh[:3],
+                )
         elif self._warm_start is not None:
             names = self._warm_start.apply(variables)
             _log.info("Warm-started %d variables from %s.", len(names), self._warm_start.ckpt_to_initialize_from)

@@ -13,7 +13,10 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu_estimator.config import InputPipelineConfig
+from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.spec import InputFn, ModeKeys, function_args
+
+_log = get_logger(__name__)
 
 Element = tuple  # (features, labels or None)
 
@@ -115,3 +118,55 @@ def placeholders(element_spec: Any) -> Any:
         )
 
     return tf.nest.map_structure(make, element_spec)
+
+
+def keras_input(x: Any, y: Any) -> Any:
+    """The model's input from Keras' `(x, y)`: `(x, y)` for arrays, `x` alone otherwise.
+
+    Raises:
+        ValueError: `y` given with an `input_fn` or a dataset (they yield labels themselves).
+    """
+    if y is None:
+        return x
+    if callable(x) or isinstance(x, tf.data.Dataset):
+        raise ValueError(
+            "`y` is only for array input: an input_fn or a tf.data.Dataset yields "
+            "(features, labels) itself. Pass `fit(input_fn)` or `fit(features, labels)`."
+        )
+    return (x, y)
+
+
+def _is_zero(value: Any) -> bool:
+    return isinstance(value, int | float) and value == 0
+
+
+def refuse_keras_arguments(method: str, **arguments: Any) -> None:
+    """Raises a ValueError naming Keras arguments `model_fn` has no meaning for.
+
+    `sample_weight` / `class_weight` / `validation_split` are Keras' weighting
+    and splitting of array input; a `model_fn` computes its own loss.
+    """
+    given = sorted(name for name, value in arguments.items() if value is not None and not _is_zero(value))
+    if given:
+        raise ValueError(
+            f"EstimatorModel.{method} does not take {given}: the loss, and any weighting, come "
+            "from model_fn. Put weights in the features (features['weight']) and use them in "
+            "model_fn's loss; split validation data yourself and pass `validation_data`."
+        )
+
+
+def array_dataset(x: Any, batch_size: int, shuffle: bool, drop_remainder: bool) -> tf.data.Dataset:
+    """Batches in-memory arrays as Keras' `fit` does: shuffled per epoch if asked.
+
+    With `drop_remainder`, rows past the last full batch are dropped with a warning.
+    """
+    rows = int(tf.nest.flatten(x)[0].shape[0])
+    dataset = tf.data.Dataset.from_tensor_slices(x)
+    if shuffle:
+        dataset = dataset.shuffle(rows, reshuffle_each_iteration=True)
+    if drop_remainder and rows % batch_size:
+        _log.warning(
+            "%d of %d rows are not trained on: a TPU needs full batches of %d.",
+            rows % batch_size, rows, batch_size,
+        )
+    return dataset.batch(batch_size, drop_remainder=drop_remainder)

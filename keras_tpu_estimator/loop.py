@@ -57,6 +57,8 @@ class ExecutionResult(NamedTuple):
             (the global step, read in the same call), or `None`.
         last_loss: The loss of the execution's last counted step (what a
             TPUEstimator training loop returned to its hooks).
+        empty_replica: True when the execution stopped before a batch that
+            would leave a replica with no rows (see `require_rows`).
     """
 
     steps: Any
@@ -66,11 +68,19 @@ class ExecutionResult(NamedTuple):
     host: Any = None
     after: Any = None
     last_loss: Any = None
+    empty_replica: Any = None
 
 
 def _concat_replicas(strategy: tf.distribute.Strategy, value: Any) -> tf.Tensor:
     parts = strategy.experimental_local_results(value)
     return parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
+
+
+def _every_replica_has_rows(strategy: tf.distribute.Strategy, data: Any) -> tf.Tensor:
+    """True when each local replica's part of `data` has at least one row."""
+    first = tf.nest.flatten(data)[0]
+    rows = [tf.shape(part)[0] for part in strategy.experimental_local_results(first)]
+    return tf.reduce_all(tf.stack(rows) > 0)
 
 
 def make_loop_function(
@@ -82,6 +92,7 @@ def make_loop_function(
     host_spec: Any = None,
     read_after: Callable[[], tf.Tensor] | None = None,
     replica_tail: Callable[[dict], dict] | None = None,
+    require_rows: bool = False,
 ) -> Callable[[Any, tf.Tensor], ExecutionResult]:
     """Builds `loop(iterator, num_steps) -> ExecutionResult`.
 
@@ -100,6 +111,9 @@ def make_loop_function(
             returned, after it and without pruning (every op it makes runs);
             returns the step's result. For work that must always run, such
             as a Keras optimizer's update.
+        require_rows: Stop before a batch that gives any local replica no
+            rows (an uneven last batch: a `model_fn` mean over no rows is NaN)
+            and report it as `ExecutionResult.empty_replica`.
 
     Returns:
         A `tf.function`. Call it with an iterator of a distributed dataset and
@@ -161,10 +175,10 @@ def make_loop_function(
     def loop(iterator: Any, num_steps: tf.Tensor) -> ExecutionResult:
         arrays = (new_arrays(output_spec), new_arrays(host_spec))
 
-        def keep_going(step: Any, done: Any, sums: Any, arrays: Any) -> Any:
+        def keep_going(step: Any, done: Any, sums: Any, arrays: Any, empty: Any) -> Any:
             return tf.logical_and(step < num_steps, tf.logical_not(done))
 
-        def one_step(step: Any, done: Any, sums: Any, arrays: Any) -> Any:
+        def one_step(step: Any, done: Any, sums: Any, arrays: Any, empty: Any) -> Any:
             optional = iterator.get_next_as_optional()
 
             def run() -> Any:
@@ -185,18 +199,25 @@ def make_loop_function(
                     write(arrays[1], host_spec, step, result.get("host")),
                 )
                 last = tf.where(weight > 0, step_loss, sums[2])
-                return step + 1, tf.constant(False), (sums[0] + step_loss, sums[1] + counted, last), new_arrays
+                new_sums = (sums[0] + step_loss, sums[1] + counted, last)
+                return step + 1, tf.constant(False), new_sums, new_arrays, tf.constant(False)
 
             def stop() -> Any:
-                return step, tf.constant(True), sums, arrays
+                return step, tf.constant(True), sums, arrays, tf.constant(False)
 
-            return tf.cond(optional.has_value(), run, stop)
+            def stop_uneven() -> Any:
+                return step, tf.constant(True), sums, arrays, tf.constant(True)
+
+            def run_if_every_replica_has_rows() -> Any:
+                return tf.cond(_every_replica_has_rows(strategy, optional.get_value()), run, stop_uneven)
+
+            return tf.cond(optional.has_value(), run_if_every_replica_has_rows if require_rows else run, stop)
 
         zero = tf.constant(0.0)
-        steps, _, (loss_sum, weight_sum, last_loss), arrays = tf.while_loop(
+        steps, _, (loss_sum, weight_sum, last_loss), arrays, empty_replica = tf.while_loop(
             keep_going,
             one_step,
-            [tf.constant(0), tf.constant(False), (zero, zero, zero), arrays],
+            [tf.constant(0), tf.constant(False), (zero, zero, zero), arrays, tf.constant(False)],
         )
 
         def gathered(array: tf.TensorArray, spec: tf.TensorSpec, stack: bool) -> tf.Tensor:
@@ -221,6 +242,6 @@ def make_loop_function(
         if read_after is not None:
             with tf.control_dependencies([steps]):
                 after = read_after()
-        return ExecutionResult(steps, loss_sum, weight_sum, outputs, host, after, last_loss)
+        return ExecutionResult(steps, loss_sum, weight_sum, outputs, host, after, last_loss, empty_replica)
 
     return loop

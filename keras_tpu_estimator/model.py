@@ -15,22 +15,25 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import keras
 import tensorflow as tf
 
+from keras_tpu_estimator import _compat
+from keras_tpu_estimator.batch_methods import SingleBatchMethods
 from keras_tpu_estimator.config import RunConfig, check_supported
+from keras_tpu_estimator.keras_methods import KerasMethods
 from keras_tpu_estimator.legacy import per_replica_collections
+from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.loop import make_loop_function
 from keras_tpu_estimator.model_fn import ModelFnRunner
 from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_model_fn
 from keras_tpu_estimator.strategy import num_workers, resolve_strategy
 from keras_tpu_estimator.trainer import EstimatorTrainer
 
-_log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 
 
 class NonFiniteVariableError(FloatingPointError, tf.errors.InvalidArgumentError):
@@ -54,7 +57,7 @@ class NonFiniteVariableError(FloatingPointError, tf.errors.InvalidArgumentError)
         tf.errors.InvalidArgumentError.__init__(self, None, None, message)
 
 
-class EstimatorModel(EstimatorTrainer, keras.Model):
+class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.Model):
     """Runs an unchanged TPUEstimator `model_fn` with `fit`, `evaluate` and `predict`.
 
     Args:
@@ -157,6 +160,7 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
         self._step_during_fit: int | None = None
         self.last_execution_loss: float | None = None
         self.last_step_loss: float | None = None
+        self.last_execution_finite = True  # loss and trainable variables (training)
         self.steps_per_hook_run: int | None = None  # set by SessionRunHookCallback
         self._seconds_per_step: float | None = None
         self.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
@@ -212,16 +216,21 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
     def checkpoint_variables(self) -> dict[str, keras.Variable]:
         """What a checkpoint holds: `variables_by_name` plus the Keras optimizer's variables.
 
-        The optimizer's are named `keras_optimizer/<path>`. TF1 local variables
-        (metric accumulators) are not saved, as a TF1 `Saver` did not save them.
+        The optimizer's are named `keras_optimizer/<path within the optimizer>`
+        (`keras_optimizer/iteration`, `keras_optimizer/mlp_hidden_kernel_momentum`):
+        not by the optimizer's own name, which Keras numbers per process (`sgd_1`).
+        TF1 local variables (metric accumulators) are not saved, as a TF1 `Saver`
+        did not save them.
         """
         store = self._runner.store
         variables = store.variables_by_name
         for name in store.local_names:
             del variables[name]
         if self._runner.uses_keras_optimizer and self.optimizer is not None:
+            own = self.optimizer.name + "/"
             for variable in self.optimizer.variables:
-                variables[f"keras_optimizer/{variable.path}"] = variable
+                path = variable.path[len(own):] if variable.path.startswith(own) else variable.path
+                variables[f"keras_optimizer/{path}"] = variable
         return variables
 
     @property
@@ -265,6 +274,8 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
             with self._distribute_strategy.scope():
                 optimizer = keras.optimizers.get(optimizer)
         super().compile(optimizer=optimizer, steps_per_execution=1, jit_compile=False)
+        if optimizer is None and ModeKeys.TRAIN in self._runner.output_specs and not self._runner.uses_keras_optimizer:
+            self.optimizer = self._runner.train_op_optimizer()  # what model_fn's train_op uses
         loop = steps_per_execution or self.config.tpu_config.iterations_per_loop
         self._iterations_per_loop = (
             self.config.tpu_config.replace(iterations_per_loop=loop).parsed_iterations_per_loop
@@ -299,6 +310,11 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
                 if mode == ModeKeys.TRAIN and self._runner.uses_keras_optimizer
                 else None
             ),
+            require_rows=(
+                mode == ModeKeys.TRAIN
+                and strategy.num_replicas_in_sync > 1
+                and not _compat.is_tpu_strategy(strategy)  # static shapes: no empty replica
+            ),
         )
 
     def _after_train_execution(self) -> tuple:
@@ -312,11 +328,23 @@ class EstimatorModel(EstimatorTrainer, keras.Model):
         """The trainable floating-point variables, in the order of the finiteness flags."""
         return [v for v in self.trainable_variables if v.value.dtype.is_floating]
 
-    def _check_variables_finite(self, finite: Any) -> None:
-        """Raises `NonFiniteVariableError` naming the first trainable variable with NaN or Inf."""
+    def _check_variables_finite(self, finite: Any, raise_error: bool = True) -> None:
+        """Raises `NonFiniteVariableError` naming the first trainable variable with NaN or Inf.
+
+        With `raise_error=False` (a `TerminateOnNaN` callback decides), logs it
+        and stops training instead, as `TerminateOnNaN` stops on a NaN loss.
+        """
         names = {id(v): name for name, v in self._runner.store.variables_by_name.items()}
         checked = self._finite_checked_variables()
         bad = [names.get(id(v), v.path) for v, ok in zip(checked, finite.numpy(), strict=False) if not ok]
+        if not raise_error:
+            _log.warning(
+                "Trainable variable '%s' holds NaN or Inf after the execution ending at global "
+                "step %d (%d bad in all); stopping training (TerminateOnNaN).",
+                bad[0], self.global_step, len(bad),
+            )
+            self.stop_training = True
+            return
         raise NonFiniteVariableError(
             f"Gradient for {bad[0]} is NaN: trainable variable '{bad[0]}' holds NaN or Inf after the "
             "execution ending at global "

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 from typing import Any
 
 import keras
@@ -31,18 +30,25 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator._compat.keras_state import (
+    optimizer_update_op,
+    recording_keras_optimizers,
+)
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.cross_replica import synchronized_gradients
 from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.inputs import (
+    array_dataset,
     call_input_fn,
     per_replica_spec,
     placeholders,
     static_batch_size,
 )
 from keras_tpu_estimator.legacy import model_fn_scope, summary_names
+from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.metric_ops import EvalMetricOps
+from keras_tpu_estimator.optimizer_view import train_op_optimizer
 from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
 from keras_tpu_estimator.spec import (
     EstimatorSpec,
@@ -57,7 +63,7 @@ from keras_tpu_estimator.spec import (
 from keras_tpu_estimator.strategy import TPUContext, num_workers, per_replica_batch_size
 from keras_tpu_estimator.variables import VariableStore
 
-_log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 BATCH_ARG = {
     ModeKeys.TRAIN: "train_batch_size",
     ModeKeys.EVAL: "eval_batch_size",
@@ -151,6 +157,7 @@ class ModelFnRunner:
         self.host_specs: dict = {}
         self.element_specs: dict = {}
         self.uses_keras_optimizer = False
+        self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
         self.metric_ops = EvalMetricOps(None, use_tpu, None)
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
@@ -184,7 +191,13 @@ class ModelFnRunner:
         for name, value in (("labels", labels), ("mode", mode), ("config", self.config)):
             if name in args:
                 kwargs[name] = value
-        with self.store.scope(), mask_scope(mask), model_fn_scope(), synchronized_gradients():
+        with (
+            self.store.scope(),
+            recording_keras_optimizers(self.keras_optimizers),
+            mask_scope(mask),
+            model_fn_scope(),
+            synchronized_gradients(),
+        ):
             if "features" in args:
                 spec = model_fn(features=features, **kwargs)
             else:
@@ -211,6 +224,10 @@ class ModelFnRunner:
                         )
         init_calls: list = []
         existing = set(self.store.variables_by_name)
+        if self.config.tf_random_seed is not None and existing <= {"global_step"}:
+            # TF1 seeded each new graph: the same seed gives the same initial values
+            # however many models were made in this process before this one built.
+            keras.utils.set_random_seed(self.config.tf_random_seed)
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.store.creating())
             graph = stack.enter_context(_compat.default_replica_graph(f"build_{mode}"))
@@ -268,7 +285,7 @@ class ModelFnRunner:
         if mode == ModeKeys.TRAIN:
             self.uses_keras_optimizer = spec.train_op is None
             if spec.train_op is None:
-                if self._owner.optimizer is None:
+                if not isinstance(self._owner.optimizer, keras.optimizers.Optimizer):
                     raise ValueError(
                         "Missing train_op. `model_fn` returned no `train_op` in TRAIN mode and "
                         "the model has no optimizer. Return `train_op=optimizer.minimize(loss, "
@@ -277,10 +294,16 @@ class ModelFnRunner:
                     )
                 with self.strategy.scope():
                     self._owner.optimizer.build(self._owner.trainable_variables)
+            else:
+                self._owner.optimizer = self.train_op_optimizer()
         if mode == ModeKeys.EVAL:
             self.metric_ops = EvalMetricOps(spec, self.use_tpu, self._metric_values_spec)
         self.output_specs[mode] = output_spec
         self._owner.built = True
+
+    def train_op_optimizer(self) -> Any:
+        """`model.optimizer` when `model_fn` returns its own `train_op` (see `optimizer_view`)."""
+        return train_op_optimizer(self._owner.optimizer, self.keras_optimizers, self.store.global_step)
 
     def _metric_values_spec(self) -> Any:
         """`model_fn(EVAL)`'s spec on a batch of zeros (for reading metric values)."""
@@ -392,14 +415,15 @@ class ModelFnRunner:
                 "`model_fn` returned a `train_op` when the model was built but None now. "
                 "Return the same kind of spec on every call."
             )
-        with tf.control_dependencies([spec.train_op]):
+        train_op = optimizer_update_op(spec.train_op, self.keras_optimizers)
+        with tf.control_dependencies([train_op]):
             after = step_variable.read_value()
         # 1 when the train_op left the step alone, else 0: no branch, so the
         # cross-replica assignment stays outside control flow.
         missed = tf.cast(tf.equal(after, before), tf.int64)
         done = step_variable.assign_add(missed, read_value=False)
         # Each replica fetches its own train_op (the step count reads replica 0's only).
-        with tf.control_dependencies([spec.train_op, done]):
+        with tf.control_dependencies([train_op, done]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
             host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
         return {"loss": loss, "weight": self._rows(features), "host": host}
@@ -437,8 +461,15 @@ class ModelFnRunner:
         }
 
     # ---------------------------------------------------------------- input
-    def distribute_input(self, x: Any, mode: str, batch_size: int | None = None) -> Any:
+    def distribute_input(
+        self, x: Any, mode: str, batch_size: int | None = None, shuffle: bool = False
+    ) -> Any:
         """Turns an `input_fn`, a dataset or arrays into a distributed dataset; builds `mode`.
+
+        Arrays are batched as Keras batches them (`batch_size`, else the mode's
+        batch size, else 32; the last batch keeps the remaining rows, except
+        in training on a TPU, whose shapes are static), and shuffled in
+        training when `shuffle`.
 
         In EVAL and PREDICT every batch is padded to the static batch size with
         a mask (`padding.py`), so a partial last batch needs no special care.
@@ -455,10 +486,12 @@ class ModelFnRunner:
         pad = mode == ModeKeys.PREDICT or (partial and self.use_tpu)
         global_batch = batch_size or self.batch_sizes[mode]
         flat = [] if isinstance(x, tf.data.Dataset) or callable(x) else tf.nest.flatten(x)
-        if flat and all(isinstance(a, np.ndarray) for a in flat):
-            if global_batch is None:
-                raise ValueError(f"Pass `batch_size` (or `{BATCH_ARG[mode]}`) with array input.")
-            x = tf.data.Dataset.from_tensor_slices(x).batch(global_batch, drop_remainder=not partial)
+        if flat and all(isinstance(a, np.ndarray | tf.Tensor) for a in flat):
+            global_batch = global_batch or 32  # Keras' default
+            x = array_dataset(
+                x, global_batch, shuffle=shuffle and not partial,
+                drop_remainder=not partial and _compat.is_tpu_strategy(strategy),
+            )
         if isinstance(x, tf.data.Dataset):
             static = static_batch_size(x.element_spec)
             global_batch = global_batch if partial and global_batch else static or global_batch

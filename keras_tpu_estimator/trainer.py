@@ -14,7 +14,7 @@ steps; the count is a tensor, so the tail does not retrace.
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import math
 import signal
 import time
@@ -25,12 +25,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu_estimator._compat.keras_state import take_resumed_epoch
+from keras_tpu_estimator.inputs import keras_input, refuse_keras_arguments
+from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.optimizer_view import check_learning_rate_callbacks
 from keras_tpu_estimator.preemption import StopRequests
 from keras_tpu_estimator.session_hooks import as_callback
 from keras_tpu_estimator.spec import InputFn, ModeKeys
 from keras_tpu_estimator.strategy import any_worker
 
-_log = logging.getLogger("keras_tpu_estimator.model")
+_log = get_logger(__name__)
 
 
 
@@ -50,6 +54,19 @@ class NanLossError(FloatingPointError, tf.compat.v1.train.NanLossDuringTrainingE
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "NaN loss during training."
+
+@dataclasses.dataclass
+class _FitRun:
+    """The settings of one `fit` call, and what it found (`empty_replica_at`)."""
+
+    epochs: int
+    initial_epoch: int
+    steps_per_epoch: int | None
+    verbose: Any
+    validation: tuple
+    check_finite: bool
+    empty_replica_at: int | None = None
+
 
 class EstimatorTrainer:
     """The `fit` / `evaluate` / `predict` half of `EstimatorModel` (a mixin; see `EstimatorModel`).
@@ -97,19 +114,27 @@ class EstimatorTrainer:
         while (steps is None or done < steps) and not getattr(self, stopped):
             size = self._execution_size(None if steps is None else steps - done, training=False)
             begin(done)
-            count, loss_sum, weight_sum, outputs = self._run_execution(mode, function, iterator, size)
+            count, loss_sum, weight_sum, outputs, _ = self._run_execution(mode, function, iterator, size)
             if count:
                 yield done, count, loss_sum, weight_sum, outputs
                 done += count
             if count < size:
                 return
 
-    def _run_execution(self, mode: str, function: Callable, iterator: Any, size: int) -> Any:
+    def _run_execution(
+        self, mode: str, function: Callable, iterator: Any, size: int, check_finite: bool = True
+    ) -> Any:
         """Runs one execution and hands its host tensors to the host thread.
 
+        Args:
+            check_finite: Raise `NonFiniteVariableError` when a trainable
+                variable holds NaN/Inf (False when `TerminateOnNaN` decides).
+
         Returns:
-            `(steps, loss_sum, weight_sum, outputs)`; `loss_sum / weight_sum`
-            is the mean of the execution's step losses.
+            `(steps, loss_sum, weight_sum, outputs, empty_replica)`;
+            `loss_sum / weight_sum` is the mean of the execution's step losses,
+            and `empty_replica` says it stopped before a batch too small for
+            every replica to get a row.
         """
         first_step = self.global_step if mode == ModeKeys.TRAIN else 0
         start = time.perf_counter()
@@ -124,12 +149,15 @@ class EstimatorTrainer:
             step, all_finite, finite = result.after
             if self._step_during_fit is not None:
                 self._step_during_fit = int(step)
+            if steps:
+                self.last_execution_finite = bool(all_finite) and math.isfinite(loss_sum)
             if steps and not bool(all_finite):
-                self._check_variables_finite(finite)
+                self._check_variables_finite(finite, raise_error=check_finite)
         if result.host is not None and steps:
             host = [tensor.numpy() for tensor in result.host]
             self._runner.host.submit(mode, host, first_step, steps)
-        return steps, loss_sum, weight_sum, result.outputs
+        empty_replica = result.empty_replica is not None and bool(result.empty_replica)
+        return steps, loss_sum, weight_sum, result.outputs, empty_replica
 
     def fit(
         self,
@@ -139,23 +167,31 @@ class EstimatorTrainer:
         epochs: int = 1,
         verbose: str | int = "auto",
         callbacks: list[keras.callbacks.Callback] | None = None,
+        validation_split: float = 0.0,
         validation_data: Any = None,
+        shuffle: bool = True,
+        class_weight: Any = None,
+        sample_weight: Any = None,
         initial_epoch: int = 0,
         steps_per_epoch: int | None = None,
         validation_steps: int | None = None,
+        validation_batch_size: int | None = None,
         validation_freq: int = 1,
-        **kwargs: Any,
     ) -> keras.callbacks.History:
         """Trains with `model_fn` in TRAIN mode; Keras' `fit` with exact executions.
 
         Args:
             x: An `input_fn(params)`, a batched `tf.data.Dataset` yielding
-                `features` or `(features, labels)`, or NumPy arrays.
-            batch_size: Global batch for arrays or an `input_fn` (overrides
-                `train_batch_size`).
+                `features` or `(features, labels)`, or NumPy arrays / a dict
+                of them (the features; `y` the labels), as Keras takes them.
+            y: Labels, with array `x` only.
+            batch_size: Global batch for arrays (default `train_batch_size`,
+                else 32) or an `input_fn` (overrides `train_batch_size`).
+            shuffle: Shuffle array input before each epoch, as Keras does.
             epochs, verbose, callbacks, initial_epoch, validation_freq: As Keras.
             steps_per_epoch: Steps per epoch; `None` means one pass over the input.
-            validation_data, validation_steps: Evaluated after each epoch as `val_loss`.
+            validation_data, validation_steps, validation_batch_size: Evaluated
+                after each epoch as `val_*`; `(x_val, y_val)` arrays or any `x`.
 
         Returns:
             The Keras `History`.
@@ -164,16 +200,18 @@ class EstimatorTrainer:
 
         ```python
         model.fit(input_fn, callbacks=[StopAtStep(steps=100)])
+        model.fit({"x": x_train}, y_train, batch_size=64, epochs=3)
         ```
         """
-        if y is not None or any(v not in (None, True, 0.0) for v in kwargs.values()):
-            raise ValueError(
-                "EstimatorModel.fit takes the input as `x` (an input_fn or a dataset of "
-                "(features, labels)); `y`, `sample_weight`, `class_weight` and "
-                "`validation_split` are not supported. Received: "
-                f"{sorted(['y'] * (y is not None) + list(kwargs))}"
-            )
-        dataset = self._runner.distribute_input(x, ModeKeys.TRAIN, batch_size)
+        refuse_keras_arguments(
+            "fit",
+            validation_split=validation_split,
+            class_weight=class_weight,
+            sample_weight=sample_weight,
+        )
+        dataset = self._runner.distribute_input(
+            keras_input(x, y), ModeKeys.TRAIN, batch_size, shuffle=shuffle
+        )
         function = self.make_train_function()
         callbacks = keras.callbacks.CallbackList(
             [as_callback(c) for c in list(callbacks or []) + self._runner.spec_hooks[ModeKeys.TRAIN]],
@@ -184,47 +222,56 @@ class EstimatorTrainer:
             steps=steps_per_epoch,
             model=self,
         )
+        check_learning_rate_callbacks(self.optimizer, callbacks.callbacks)
         self.stop_training = False
         self._step_during_fit = None
         self._runner.store.reset_local_variables()  # as each TF1 train()'s new session
+        run = _FitRun(
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=steps_per_epoch,
+            verbose=verbose,
+            validation=(validation_data, validation_steps, validation_batch_size, validation_freq),
+            check_finite=not any(
+                isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks.callbacks
+            ),
+        )
         stop = StopRequests()
+        take_resumed_epoch(self)
         with stop.installed():  # until the end: a signal during on_train_end waits for it
-            epoch_logs = self._fit_loop(
-                callbacks, dataset, function, stop, epochs, initial_epoch, steps_per_epoch,
-                verbose, validation_data, validation_steps, validation_freq,
-            )
+            epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
             self._runner.host.finish(ModeKeys.TRAIN)
             self._step_during_fit = None
             callbacks.on_train_end(logs=epoch_logs)
         stop.raise_if_requested()
+        if run.empty_replica_at is not None:
+            raise ValueError(
+                f"Training stopped at global step {run.empty_replica_at}: the next training batch "
+                f"has fewer rows than the {self._distribute_strategy.num_replicas_in_sync} "
+                "replicas, so a replica would get no rows and model_fn's loss over no rows is "
+                "NaN. Batch the training dataset with `drop_remainder=True` (or `.repeat()` it), "
+                "or give array input a number of rows that leaves a last batch of at least one "
+                "row per replica. The steps before it trained and callbacks ended normally."
+            )
         return self.history
 
     def _fit_loop(
-        self,
-        callbacks: Any,
-        dataset: Any,
-        function: Callable,
-        stop: StopRequests,
-        epochs: int,
-        initial_epoch: int,
-        steps_per_epoch: int | None,
-        verbose: Any,
-        validation_data: Any,
-        validation_steps: int | None,
-        validation_freq: int,
+        self, callbacks: Any, dataset: Any, function: Callable, stop: StopRequests, run: _FitRun
     ) -> dict:
         """The epochs of `fit`, up to (not including) `on_train_end`; returns the last epoch's logs."""
         callbacks.on_train_begin()  # may restore a checkpoint: read the step after it
-        self._step_during_fit = int(self._runner.store.global_step.numpy())
+        self._step_during_fit = start_step = int(self._runner.store.global_step.numpy())
+        initial_epoch = take_resumed_epoch(self) or run.initial_epoch  # BackupAndRestore's epoch
+        steps_per_epoch = run.steps_per_epoch
         if steps_per_epoch is None and self.stop_at_step is not None:
             callbacks.set_params(
-                {"verbose": verbose, "epochs": epochs, "steps": max(0, self.stop_at_step - self.global_step)}
+                {"verbose": run.verbose, "epochs": run.epochs, "steps": max(0, self.stop_at_step - start_step)}
             )
         try:
             iterator = iter(dataset) if steps_per_epoch else None
             logs: dict = {}
             epoch_logs: dict = {}
-            for epoch in range(initial_epoch, epochs):
+            for epoch in range(initial_epoch, run.epochs):
                 if self.stop_training:
                     break
                 self.reset_metrics()
@@ -237,10 +284,10 @@ class EstimatorTrainer:
                     if size <= 0:
                         break
                     callbacks.on_train_batch_begin(done)
-                    steps, execution_loss, execution_weight, _ = self._run_execution(
-                        ModeKeys.TRAIN, function, iterator, size
+                    steps, execution_loss, execution_weight, _, empty_replica = self._run_execution(
+                        ModeKeys.TRAIN, function, iterator, size, run.check_finite
                     )
-                    if steps and not math.isfinite(execution_loss):
+                    if steps and run.check_finite and not math.isfinite(execution_loss):
                         raise NanLossError(
                             f"NaN loss during training. The training loss became "
                             f"{self.last_execution_loss} in the execution "
@@ -254,7 +301,10 @@ class EstimatorTrainer:
                         weight_sum += execution_weight
                         logs = {"loss": loss_sum / weight_sum}
                         callbacks.on_train_batch_end(done - 1, logs)
-                    if steps < size:
+                    if empty_replica:
+                        run.empty_replica_at = self.global_step
+                        self.stop_training = True
+                    elif steps < size:
                         exhausted = True
                         break
                     if self._multi_worker:  # every worker stops at the same execution
@@ -262,25 +312,56 @@ class EstimatorTrainer:
                             stop.request(stop.signal or signal.SIGTERM)
                     if stop.requested:
                         self.stop_training = True
+                if exhausted:
+                    self._report_input_end(callbacks, run, epoch, done, start_step)
                 epoch_logs = dict(logs)
+                validation_data, validation_steps, validation_batch_size, validation_freq = run.validation
                 if validation_data is not None and (epoch + 1) % validation_freq == 0:
                     val_logs = self.evaluate(
-                        validation_data, steps=validation_steps, verbose=0, return_dict=True
+                        validation_data, steps=validation_steps, batch_size=validation_batch_size,
+                        verbose=0, return_dict=True,
                     )
                     epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
                 callbacks.on_epoch_end(epoch, epoch_logs)
                 if exhausted and steps_per_epoch is not None:
-                    _log.warning(
-                        "The input ran out after %d steps in epoch %d; stopping. Use .repeat() "
-                        "for at least steps_per_epoch * epochs batches.",
-                        done,
-                        epoch,
-                    )
                     break
         except BaseException:
             self._step_during_fit = None  # the variable is the truth again
             raise
         return epoch_logs
+
+    def _report_input_end(
+        self, callbacks: Any, run: _FitRun, epoch: int, done: int, start_step: int
+    ) -> None:
+        """The input ran out in `epoch` after `done` steps: warn where that is not a normal epoch end.
+
+        A one-pass epoch (`steps_per_epoch=None`, no stop step) ending with its
+        input is Keras' normal epoch; an empty input, an epoch short of
+        `steps_per_epoch` or a stop step not reached is not. The progress bar
+        is told the steps that really ran.
+        """
+        step = self.global_step
+        if self.stop_at_step is not None and run.steps_per_epoch is None:
+            callbacks.set_params({"verbose": run.verbose, "epochs": run.epochs, "steps": step - start_step})
+        if done == 0:
+            _log.warning(
+                "The training input is empty: epoch %d ran no step (global step %d). Check the "
+                "input_fn or dataset (a filter or take that drops everything?).",
+                epoch, step,
+            )
+        elif run.steps_per_epoch is not None:
+            callbacks.set_params({"verbose": run.verbose, "epochs": run.epochs, "steps": done})
+            _log.warning(
+                "The training input ran out after %d of %d steps in epoch %d (global step %d); "
+                "stopping. Use .repeat() for at least steps_per_epoch * epochs batches.",
+                done, run.steps_per_epoch, epoch, step,
+            )
+        elif self.stop_at_step is not None and step < self.stop_at_step and epoch + 1 == run.epochs:
+            _log.warning(
+                "The training input ended at global step %d, before the stop step %d: %d steps "
+                "trained in this fit. Use .repeat() on the dataset to train to the stop step.",
+                step, self.stop_at_step, step - start_step,
+            )
 
     def evaluate(
         self,
@@ -288,10 +369,10 @@ class EstimatorTrainer:
         y: Any = None,
         batch_size: int | None = None,
         verbose: str | int = "auto",
+        sample_weight: Any = None,
         steps: int | None = None,
         callbacks: list[keras.callbacks.Callback] | None = None,
         return_dict: bool = False,
-        **kwargs: Any,
     ) -> float | dict:
         """Evaluates `model_fn` in EVAL mode; returns the mean loss over the steps.
 
@@ -304,11 +385,11 @@ class EstimatorTrainer:
 
         ```python
         model.evaluate(eval_input_fn, steps=10, return_dict=True)  # {"loss": ...}
+        model.evaluate({"x": x_test}, y_test, batch_size=64)
         ```
         """
-        if y is not None or kwargs:
-            raise ValueError("EstimatorModel.evaluate takes its input as `x` only.")
-        dataset = self._runner.distribute_input(x, ModeKeys.EVAL, batch_size)
+        refuse_keras_arguments("evaluate", sample_weight=sample_weight)
+        dataset = self._runner.distribute_input(keras_input(x, y), ModeKeys.EVAL, batch_size)
         function = self.make_test_function()
         callbacks = keras.callbacks.CallbackList(
             [as_callback(c) for c in list(callbacks or []) + self._runner.spec_hooks[ModeKeys.EVAL]],

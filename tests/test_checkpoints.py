@@ -8,6 +8,8 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
+from keras_tpu_estimator.callbacks import RestoreOrWarmStart
+from keras_tpu_estimator.checkpoints import write_checkpoint
 from tests import models
 from tests.test_estimator import make
 
@@ -164,3 +166,38 @@ def test_scaffold_initialization_is_refused_and_unused_parts_named(caplog):
     with caplog.at_level(logging.WARNING):
         model.evaluate(models.input_fn, steps=1, verbose=0)
     assert "sets ['ready_op'], which keras_tpu_estimator does not use" in caplog.text
+
+
+def test_keras_optimizer_variables_saved_by_version_0_1_still_restore(tmp_path):
+    # 0.1 saved `keras_optimizer/<optimizer name>/<slot named after mlp__hidden__kernel>`.
+    def make():
+        model = kte.EstimatorModel(models.get_variable_mlp, params={"optimizer": "keras"}, use_tpu=False,
+                                   train_batch_size=16, optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
+        model.trace(models.input_fn)
+        return model
+
+    trained = make()
+    trained.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=3)], verbose=0)
+    variables = trained.checkpoint_variables
+    slot = "keras_optimizer/mlp_hidden_kernel_momentum"  # no optimizer name: Keras numbers those
+    assert slot in variables
+    old_names = {
+        name.replace("keras_optimizer/", "keras_optimizer/sgd_7/").replace("mlp_hidden_kernel", "mlp__hidden__kernel"): v
+        for name, v in variables.items()
+    }
+    prefix = write_checkpoint(str(tmp_path / "model.ckpt-3"), old_names)
+    restored = make()
+    callback = RestoreOrWarmStart(prefix, None)
+    callback.set_model(restored)
+    callback.on_train_begin()
+    np.testing.assert_array_equal(restored.checkpoint_variables[slot].numpy(), variables[slot].numpy())
+    assert np.abs(variables[slot].numpy()).sum() > 0
+
+    # A second model in the same process (its optimizer is `sgd_2` to Keras) resumes its own checkpoint.
+    again = make()
+    (tmp_path / "again").mkdir()
+    write_checkpoint(str(tmp_path / "again" / "model.ckpt-3"), variables)
+    callback = RestoreOrWarmStart(str(tmp_path / "again" / "model.ckpt-3"), None)
+    callback.set_model(again)
+    callback.on_train_begin()
+    np.testing.assert_array_equal(again.checkpoint_variables[slot].numpy(), variables[slot].numpy())

@@ -323,3 +323,16 @@ def test_global_step_is_read_from_the_variable_again_after_a_failed_fit(strategy
         train(model, 10)
     model.global_step_variable.assign(42)
     assert model.global_step == 42
+
+
+def test_the_same_seed_gives_the_same_initial_weights_whatever_was_built_before():
+    # TF1 seeded each new graph; here the seed is set again when a model creates its variables.
+    features, labels = models.data(32)
+    config = kte.RunConfig(tf_random_seed=3)
+    first = kte.EstimatorModel(models.get_variable_mlp, params={}, use_tpu=False, config=config)
+    second = kte.EstimatorModel(models.get_variable_mlp, params={}, use_tpu=False, config=config)
+    other = kte.EstimatorModel(models.get_variable_mlp, params={}, use_tpu=False)
+    for model in (other, first, second):
+        model.trace(tf.data.Dataset.from_tensors((features, labels)))
+    np.testing.assert_array_equal(first.variables_by_name["mlp/hidden/kernel"].numpy(),
+                                  second.variables_by_name["mlp/hidden/kernel"].numpy())
