@@ -170,3 +170,24 @@ def array_dataset(x: Any, batch_size: int, shuffle: bool, drop_remainder: bool) 
             rows % batch_size, rows, batch_size,
         )
     return dataset.batch(batch_size, drop_remainder=drop_remainder)
+
+
+def check_batch_rows(static: int | None, expected: int, partial: bool, source: str) -> None:
+    """Raises when `source`'s static batch of `static` rows does not fit `params['batch_size']`.
+
+    Training needs exactly `expected` rows; EVAL / PREDICT (`partial`) at most that.
+    """
+    if static is None or static == expected or (partial and static < expected):
+        return
+    if partial:  # the original's runtime check, made when the static batch shows it
+        raise tf.errors.InvalidArgumentError(
+            None,
+            None,
+            "The real batch size should not be greater than batch_size. "
+            f"{source} returned batches of {static} rows, but params['batch_size'] is {expected}.",
+        )
+    raise ValueError(
+        f"{source} returned batches of {static} rows, but params['batch_size'] is "
+        f"{expected}" + (" (the real batch size should not be greater than batch_size)" if partial else "")
+        + ". Batch with params['batch_size']."
+    )

@@ -41,6 +41,7 @@ from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.inputs import (
     array_dataset,
     call_input_fn,
+    check_batch_rows,
     per_replica_spec,
     placeholders,
     static_batch_size,
@@ -49,7 +50,7 @@ from keras_tpu_estimator.legacy import model_fn_scope, summary_names
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.metric_ops import EvalMetricOps
 from keras_tpu_estimator.optimizer_view import train_op_optimizer
-from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
+from keras_tpu_estimator.padding import mask_scope, pad_batches, prediction_spec, unpack
 from keras_tpu_estimator.spec import (
     EstimatorSpec,
     ModeKeys,
@@ -256,7 +257,7 @@ class ModelFnRunner:
                 )
             output_spec = None
             if mode == ModeKeys.PREDICT:
-                output_spec = (self._prediction_spec(spec.predictions, mask_spec), mask_spec)
+                output_spec = (prediction_spec(spec.predictions, mask_spec), mask_spec)
         # Unpadded EVAL batches (the CPU path) reach the host padded to the batch
         # size with a mask, so every step's host tensors stack (`_host_values`).
         unpadded_eval = mode == ModeKeys.EVAL and mask_spec is None
@@ -317,41 +318,6 @@ class ModelFnRunner:
         labels = None if labels_spec is None else zeros(labels_spec)
         mask = None if mask_spec is None else zeros(mask_spec)
         return self.call_model_fn(zeros(features_spec), labels, ModeKeys.EVAL, mask)
-
-    @staticmethod
-    def _prediction_spec(predictions: Any, mask_spec: tf.TensorSpec) -> Any:
-        """Specs of `predictions`, which must be batch-major with the static batch."""
-        if not isinstance(predictions, (dict, tf.Tensor)):
-            raise TypeError(
-                "TPUEstimatorSpec.predictions must be dict of Tensors (or one Tensor). "
-                f"Received: {type(predictions).__name__}."
-            )
-        rows = mask_spec.shape[0]
-        items = predictions.items() if isinstance(predictions, dict) else [("predictions", predictions)]
-        for key, tensor in items:
-            if not isinstance(tensor, tf.Tensor):
-                raise TypeError(
-                    f"TPUEstimatorSpec.predictions[{key!r}] must be a Tensor. Received: "
-                    f"{type(tensor).__name__}."
-                )
-            if tensor.shape.rank != 0 and tensor.shape[0] is None:
-                raise ValueError(
-                    f"The tensor with key ({key}) in TPUEstimatorSpec.predictions has dynamic shape "
-                    f"(should be static). Tensor: {tensor}. Predictions must be batch-major with "
-                    f"the static batch of params['batch_size'] ({rows})."
-                )
-            if tensor.shape.rank != 0 and tensor.shape[0] != rows:
-                raise ValueError(
-                    f"Batch length of predictions should be same. {key} has different batch length "
-                    f"than others. Its shape is {tensor.shape}; params['batch_size'] is {rows}."
-                )
-            if tensor.shape.rank == 0:
-                raise ValueError(
-                    f"The tensor with key ({key}) in TPUEstimatorSpec.predictions must be "
-                    f"batch-major with a static first dimension of params['batch_size'] "
-                    f"({rows}). Received shape {tensor.shape}."
-                )
-        return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), predictions)
 
     # ---------------------------------------------------------------- steps
     @staticmethod
@@ -501,7 +467,7 @@ class ModelFnRunner:
                     f"`drop_remainder=True`, or pass `{BATCH_ARG[mode]}`."
                 )
             if global_batch is not None:
-                self._check_batch(static, global_batch, partial, "The dataset")
+                check_batch_rows(static, global_batch, partial, "The dataset")
                 per_replica_batch_size(global_batch, self.num_replicas, BATCH_ARG[mode])
             self.global_batch[mode] = global_batch
             if pad:
@@ -527,7 +493,7 @@ class ModelFnRunner:
         def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
             params = self.params_for(mode, input_context, for_input_fn=True)
             dataset = call_input_fn(x, mode, params, self.config, input_context, self.use_tpu)
-            self._check_batch(static_batch_size(dataset.element_spec), per_replica, partial, "input_fn")
+            check_batch_rows(static_batch_size(dataset.element_spec), per_replica, partial, "input_fn")
             if pad:
                 replicas = 1
                 if input_context is not None:
@@ -542,20 +508,3 @@ class ModelFnRunner:
             dataset = strategy.distribute_datasets_from_function(dataset_fn)
         self.build(mode, specs[0])
         return dataset
-
-    @staticmethod
-    def _check_batch(static: int | None, expected: int, partial: bool, source: str) -> None:
-        if static is None or static == expected or (partial and static < expected):
-            return
-        if partial:  # the original's runtime check, made when the static batch shows it
-            raise tf.errors.InvalidArgumentError(
-                None,
-                None,
-                "The real batch size should not be greater than batch_size. "
-                f"{source} returned batches of {static} rows, but params['batch_size'] is {expected}.",
-            )
-        raise ValueError(
-            f"{source} returned batches of {static} rows, but params['batch_size'] is "
-            f"{expected}" + (" (the real batch size should not be greater than batch_size)" if partial else "")
-            + ". Batch with params['batch_size']."
-        )
