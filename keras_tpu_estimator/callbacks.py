@@ -27,13 +27,19 @@ import tensorflow as tf
 
 from keras_tpu_estimator.checkpoints import (
     CheckpointKeeper,
-    WarmStartSettings,
-    restore_checkpoint,
     write_checkpoint,
 )
 from keras_tpu_estimator.config import check_positive_int
 from keras_tpu_estimator.export import export_saved_model
 from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.model_dir import (
+    check_model_dir,
+    remove_leftovers,
+    rewrite_state,
+    scanned_checkpoints,
+    set_aside_newer,
+)
+from keras_tpu_estimator.model_dir_lock import ModelDirLock
 from keras_tpu_estimator.session_hooks import hook_session
 from keras_tpu_estimator.spec import ModeKeys
 from keras_tpu_estimator.strategy import any_worker, is_chief
@@ -147,19 +153,45 @@ class CheckpointSaver(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._directory, self._temporary = _writable_dir(self.model, self.model_dir)
+        self._lock = None
+        if self._temporary is None:  # the writer of model_dir: one at a time, leftovers removed
+            check_model_dir(self._directory)
+            tf.io.gfile.makedirs(self._directory)
+            self._lock = ModelDirLock(self._directory)
+            self._lock.acquire()
+            remove_leftovers(self._directory)
         tf.io.gfile.makedirs(self._directory)
-        self._keeper = CheckpointKeeper(
-            self._directory,
-            self.model.checkpoint_variables,
-            self.max_to_keep,
-            self.keep_checkpoint_every_n_hours,
-        )
+        self._keeper = None  # made at the first execution, once every callback has restored
         self._last_step = self.model.global_step
         self._last_time = time.monotonic()
         self.saved_steps = []
         self._session = hook_session(self.model, ModeKeys.TRAIN) if self.listeners else None
         for listener in self.listeners:
             listener.begin()
+
+    def _keeper_from_resumed_step(self) -> CheckpointKeeper:
+        """The keeper, made once the step training resumes from is known.
+
+        Checkpoints newer than that step (one that could not be restored) are
+        set aside first, so no save overwrites them; the state file is made to
+        list what is really in `model_dir`.
+        """
+        if self._keeper is None:
+            if self._temporary is None:
+                set_aside_newer(self._directory, self.model.global_step)
+                rewrite_state(self._directory)
+            self._keeper = CheckpointKeeper(
+                self._directory,
+                self.model.checkpoint_variables,
+                self.max_to_keep,
+                self.keep_checkpoint_every_n_hours,
+            )
+        return self._keeper
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self._keeper is None:
+            self._last_step = self.model.global_step
+            self._keeper_from_resumed_step()
 
     def _save(self) -> None:
         step = self.model.global_step
@@ -174,7 +206,7 @@ class CheckpointSaver(keras.callbacks.Callback):
             return
         for listener in self.listeners:
             listener.before_save(self._session, step)
-        self._keeper.save(step)
+        self._keeper_from_resumed_step().save(step)
         self.saved_steps.append(step)
         self._last_step, self._last_time = step, time.monotonic()
         _log.info("Saved checkpoint for step %d into %s.", step, self._keeper.latest)
@@ -193,7 +225,7 @@ class CheckpointSaver(keras.callbacks.Callback):
 
     def on_train_end(self, logs: dict | None = None) -> None:
         unsaved = self.model.global_step != self._last_step
-        missing = not tf.train.latest_checkpoint(self.model_dir)
+        missing = not scanned_checkpoints(self.model_dir)
         if any_worker(self.model.distribute_strategy, unsaved or missing):
             self._save()
         for listener in self.listeners:
@@ -202,6 +234,8 @@ class CheckpointSaver(keras.callbacks.Callback):
             self._session.close()
         if self._temporary:
             shutil.rmtree(self._temporary, ignore_errors=True)
+        if self._lock is not None:
+            self._lock.release()
 
 
 class StepSummaries(keras.callbacks.Callback):
@@ -351,76 +385,3 @@ class SavedModelExporter(keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         if not self.exports or self._last_step != self.model.global_step:
             self._export()
-
-
-def _older_optimizer_names(names: list, model_names: dict, stored: set) -> dict:
-    """`{name: name in the checkpoint}` for Keras optimizer variables saved by version 0.1.
-
-    0.1 saved `keras_optimizer/<optimizer name>/<path>`, with the optimizer's
-    per-process name (`sgd`, `sgd_1`) and slots named after `mlp__hidden__kernel`
-    where the path is now the TF1 name (`mlp_hidden_kernel_momentum`). Used
-    only when the checkpoint holds one such optimizer name.
-    """
-    owners = {key.split("/")[1] for key in stored if key.startswith("keras_optimizer/") and key.count("/") >= 2}
-    if len(owners) != 1:
-        return {}
-    owner = owners.pop()
-    prefixes = sorted((v for v in model_names if "/" in v), key=len, reverse=True)
-    older = {}
-    for name in names:
-        relative = name[len("keras_optimizer/"):]
-        forms = [relative]
-        for variable in prefixes:
-            if relative.startswith(variable.replace("/", "_") + "_"):
-                forms.append(variable.replace("/", "__") + relative[len(variable):])
-                break
-        for form in forms:
-            if name not in stored and f"keras_optimizer/{owner}/{form}" in stored:
-                older[name] = f"keras_optimizer/{owner}/{form}"
-                break
-    return older
-
-
-class RestoreOrWarmStart(keras.callbacks.Callback):
-    """Before the first execution: restore `checkpoint`, else apply warm-start settings.
-
-    What each `TPUEstimator` call does before running, as the Estimator's
-    session creation restored the latest checkpoint or warm-started.
-
-    Example:
-
-    ```python
-    model.fit(input_fn, callbacks=[RestoreOrWarmStart(tf.train.latest_checkpoint(model_dir), None)])
-    ```
-    """
-
-    def __init__(self, checkpoint: str | None, warm_start: WarmStartSettings | None):
-        super().__init__()
-        self._checkpoint = checkpoint
-        self._warm_start = warm_start
-
-    def _restore(self) -> None:
-        variables = self.model.checkpoint_variables
-        if self._checkpoint:
-            optimizer = [name for name in variables if name.startswith("keras_optimizer/")]
-            stored = set(tf.train.load_checkpoint(self._checkpoint).get_variable_to_shape_map())
-            name_map = _older_optimizer_names(optimizer, self.model.variables_by_name, stored)
-            restore_checkpoint(self._checkpoint, variables, name_map=name_map, allow_missing=optimizer)
-            fresh = [name for name in optimizer if name_map.get(name, name) not in stored]
-            if fresh and any(name.startswith("keras_optimizer/") for name in stored):
-                _log.warning(
-                    "The checkpoint %s has no value for %d Keras optimizer variable(s) (%s...): "
-                    "they start fresh.", self._checkpoint, len(fresh), fresh[:3],
-                )
-        elif self._warm_start is not None:
-            names = self._warm_start.apply(variables)
-            _log.info("Warm-started %d variables from %s.", len(names), self._warm_start.ckpt_to_initialize_from)
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self._restore()
-
-    def on_test_begin(self, logs: dict | None = None) -> None:
-        self._restore()
-
-    def on_predict_begin(self, logs: dict | None = None) -> None:
-        self._restore()

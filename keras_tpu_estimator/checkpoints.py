@@ -26,8 +26,40 @@ import tensorflow as tf
 CHECKPOINT_NAME = "model.ckpt"
 
 
+class DamagedCheckpointError(tf.errors.DataLossError):
+    """A checkpoint's files cannot be read (truncated, corrupt or missing a part).
+
+    A `tf.errors.DataLossError`, as TensorFlow's reader raises for a corrupt
+    bundle, with the checkpoint's path and the reader's reason in the message.
+
+    Example:
+
+    ```python
+    try:
+        restore_checkpoint("/tmp/m/model.ckpt-8", variables)
+    except DamagedCheckpointError as error:
+        print(error.path, error.reason)
+    ```
+    """
+
+    def __init__(self, path: str, reason: str, message: str | None = None):
+        self.path, self.reason = path, reason
+        super().__init__(None, None, message or f"The checkpoint {path} cannot be read: {reason}")
+
+
+# TF's reader raises IndexError on a short read and RuntimeError on a short index.
+READ_ERRORS = (tf.errors.OpError, IndexError, OSError, RuntimeError)
+
+
+def _reason(error: BaseException) -> str:
+    return getattr(error, "message", None) or str(error) or type(error).__name__
+
+
 def write_checkpoint(prefix: str, variables: Mapping[str, Any]) -> str:
     """Writes `{name: variable}` as a V2 bundle at `prefix`; returns `prefix`.
+
+    The shards are written under `<prefix>_temp/` and merged into place; a
+    failed write (a full disk) removes them and raises naming `prefix`.
 
     Example:
 
@@ -37,14 +69,22 @@ def write_checkpoint(prefix: str, variables: Mapping[str, Any]) -> str:
     """
     names = sorted(variables)
     temporary = f"{prefix}_temp/part"
-    with tf.device("/cpu:0"):
-        tensors = [tf.convert_to_tensor(variables[name]) for name in names]
-        tf.raw_ops.SaveV2(
-            prefix=temporary, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors
-        )
-        tf.raw_ops.MergeV2Checkpoints(
-            checkpoint_prefixes=[temporary], destination_prefix=prefix, delete_old_dirs=True
-        )
+    try:
+        with tf.device("/cpu:0"):
+            tensors = [tf.convert_to_tensor(variables[name]) for name in names]
+            tf.raw_ops.SaveV2(
+                prefix=temporary, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors
+            )
+            tf.raw_ops.MergeV2Checkpoints(
+                checkpoint_prefixes=[temporary], destination_prefix=prefix, delete_old_dirs=True
+            )
+    except tf.errors.OpError as error:
+        if tf.io.gfile.exists(f"{prefix}_temp"):
+            tf.io.gfile.rmtree(f"{prefix}_temp")
+        raise type(error)(
+            None, None, f"Could not write the checkpoint {prefix} (its partial files were removed): "
+            f"{error.message}. Check that the directory exists, is writable and has space."
+        ) from error
     return prefix
 
 
@@ -65,13 +105,20 @@ def restore_checkpoint(
     Returns:
         The names restored.
 
+    Every value is read before any variable is assigned, so a checkpoint
+    that cannot be read leaves the variables as they were.
+
     Raises:
         ValueError: the checkpoint lacks some names, or a shape differs; the
             message lists them and what the checkpoint holds.
+        DamagedCheckpointError: its files cannot be read.
     """
     path = resolve_checkpoint_path(path)
-    reader = tf.train.load_checkpoint(path)
-    shapes = reader.get_variable_to_shape_map()
+    try:
+        reader = tf.train.load_checkpoint(path)
+        shapes = reader.get_variable_to_shape_map()
+    except READ_ERRORS as error:
+        raise DamagedCheckpointError(path, _reason(error)) from error
     name_map = dict(name_map or {})
     missing = [
         name for name in variables
@@ -83,7 +130,7 @@ def restore_checkpoint(
             f"{sorted(missing)}. It holds: {sorted(shapes)}. Restore from a checkpoint written "
             "for this model_fn, or map the names (WarmStartSettings.var_name_to_prev_var_name)."
         )
-    restored = []
+    values = {}
     for name, variable in variables.items():
         source = name_map.get(name, name)
         if source not in shapes:
@@ -93,9 +140,13 @@ def restore_checkpoint(
                 f"Shape mismatch for '{name}': the model has {list(variable.shape)}, the "
                 f"checkpoint {path} has {list(shapes[source])} under '{source}'."
             )
-        variable.assign(tf.cast(reader.get_tensor(source), variable.dtype))
-        restored.append(name)
-    return restored
+        try:
+            values[name] = reader.get_tensor(source)
+        except READ_ERRORS as error:
+            raise DamagedCheckpointError(path, f"reading '{source}': {_reason(error)}") from error
+    for name, value in values.items():
+        variables[name].assign(tf.cast(value, variables[name].dtype))
+    return list(values)
 
 
 def resolve_checkpoint_path(path: str) -> str:
@@ -111,9 +162,16 @@ def resolve_checkpoint_path(path: str) -> str:
 
 
 def checkpoint_step(path: str) -> int:
-    """The global step stored in a checkpoint (0 when it has none)."""
-    reader = tf.train.load_checkpoint(path)
-    return int(reader.get_tensor("global_step")) if reader.has_tensor("global_step") else 0
+    """The global step stored in a checkpoint (0 when it has none).
+
+    Raises:
+        DamagedCheckpointError: the checkpoint cannot be read.
+    """
+    try:
+        reader = tf.train.load_checkpoint(path)
+        return int(reader.get_tensor("global_step")) if reader.has_tensor("global_step") else 0
+    except READ_ERRORS as error:
+        raise DamagedCheckpointError(path, _reason(error)) from error
 
 
 def init_from_checkpoint(

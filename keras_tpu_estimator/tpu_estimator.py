@@ -23,12 +23,12 @@ import tensorflow as tf
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.callbacks import (
     CheckpointSaver,
-    RestoreOrWarmStart,
     StepLogger,
     StepSummaries,
     StopAtStep,
 )
 from keras_tpu_estimator.checkpoints import (
+    DamagedCheckpointError,
     WarmStartSettings,
     as_warm_start_settings,
     checkpoint_step,
@@ -44,6 +44,8 @@ from keras_tpu_estimator.export import export_estimator_savedmodel, export_saved
 from keras_tpu_estimator.inference import BatchConfig, inference_on_tpu, model_fn_inference_on_tpu
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.model import EstimatorModel
+from keras_tpu_estimator.model_dir import check_model_dir, checkpoints_newest_first
+from keras_tpu_estimator.restore import RestoreOrWarmStart
 from keras_tpu_estimator.spec import (
     InputFn,
     ModeKeys,
@@ -228,8 +230,9 @@ class TPUEstimator:
         return dict(self._params)
 
     def latest_checkpoint(self) -> str | None:
-        """The newest checkpoint in `model_dir`, or None."""
-        return tf.train.latest_checkpoint(self.model_dir)
+        """The newest checkpoint in `model_dir` (found by scanning, so a lost state file loses nothing), or None."""
+        found = checkpoints_newest_first(self.model_dir)
+        return found[0] if found else None
 
     def get_variable_names(self) -> list[str]:
         """Names of the variables in the latest checkpoint."""
@@ -252,16 +255,21 @@ class TPUEstimator:
             )
         return path
 
-    def _checkpoint_or_initialization(self, checkpoint_path: str | None, action: str) -> str | None:
-        """The checkpoint to restore; None (with the original's log line) to run on initial values."""
-        path = self._checkpoint(checkpoint_path)
-        if path is None:
+    def _checkpoint_or_initialization(self, checkpoint_path: str | None, action: str) -> str | list[str]:
+        """`checkpoint_path` resolved, else `model_dir`'s checkpoints newest first (see `RestoreOrWarmStart`).
+
+        With none, logs the original's line: the call runs on initial values.
+        """
+        if checkpoint_path:
+            return resolve_checkpoint_path(checkpoint_path)
+        found = checkpoints_newest_first(self.model_dir)
+        if not found:
             _log.warning(
                 "Could not find trained model in model_dir: %s, running initialization to %s.",
                 self.model_dir,
                 action,
             )
-        return path
+        return found
 
     # ------------------------------------------------------------------ modes
     def _checkpoint_saver(self, hooks: list, listeners: list) -> CheckpointSaver:
@@ -327,8 +335,9 @@ class TPUEstimator:
             raise ValueError(f"Must specify steps > 0, given: {steps}")
         if max_steps is not None and max_steps <= 0:
             raise ValueError(f"Must specify max_steps > 0, given: {max_steps}")
-        latest = self.latest_checkpoint()
-        if max_steps is not None and latest and checkpoint_step(latest) >= max_steps:
+        check_model_dir(self.model_dir)
+        found = checkpoints_newest_first(self.model_dir)
+        if max_steps is not None and _newest_step(found) >= max_steps:
             _log.info("Skipping training since max_steps has already saved.")
             return self
         hooks = list(check_hooks("hooks", hooks))
@@ -350,7 +359,7 @@ class TPUEstimator:
                 )
         model = self._model(self._use_tpu)
         config = self._config
-        callbacks: list[keras.callbacks.Callback] = [RestoreOrWarmStart(latest, self._warm_start)]
+        callbacks: list[keras.callbacks.Callback] = [RestoreOrWarmStart(found, self._warm_start)]
         if steps is not None or max_steps is not None:
             callbacks.append(StopAtStep(steps=steps, max_steps=max_steps))
         callbacks.append(self._checkpoint_saver(hooks, list(saving_listeners or [])))
@@ -403,11 +412,13 @@ class TPUEstimator:
                 "running on TPU."
             )
         self._check_sliced(on_tpu)
-        path = self._checkpoint_or_initialization(checkpoint_path, "evaluate")
+        check_model_dir(self.model_dir)
+        restore = RestoreOrWarmStart(
+            self._checkpoint_or_initialization(checkpoint_path, "evaluate"), self._warm_start
+        )
         model = self._model(self._use_tpu and self._eval_on_tpu)
-        callbacks = [RestoreOrWarmStart(path, self._warm_start), *hooks]
-        logs = model.evaluate(input_fn, steps=steps, callbacks=callbacks, verbose=0, return_dict=True)
-        step = model.global_step
+        logs = model.evaluate(input_fn, steps=steps, callbacks=[restore, *hooks], verbose=0, return_dict=True)
+        step, path = model.global_step, restore.restored
         if is_chief(model.distribute_strategy):
             logdir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
             with tf.summary.create_file_writer(logdir).as_default(step=step):
@@ -448,9 +459,9 @@ class TPUEstimator:
                 "running on TPU."
             )
         self._check_sliced(self._use_tpu)
-        path = self._checkpoint_or_initialization(checkpoint_path, "predict")
+        checkpoints = self._checkpoint_or_initialization(checkpoint_path, "predict")
         model = self._model(self._use_tpu)
-        callbacks = [RestoreOrWarmStart(path, self._warm_start), *hooks]
+        callbacks = [RestoreOrWarmStart(checkpoints, self._warm_start), *hooks]
         for batch in model.predict_batches(input_fn, callbacks=callbacks, verbose=0):
             batch = _select_keys(batch, predict_keys)
             if not yield_single_examples:
@@ -531,6 +542,16 @@ def _select_keys(predictions: Any, predict_keys: Sequence[str] | str | None) -> 
             f"Expected to run at least one output from {predictions.keys()}, provided {predict_keys}."
         )
     return selected
+
+
+def _newest_step(checkpoints: list[str]) -> int:
+    """The global step of the newest checkpoint that can be read (0 when none)."""
+    for path in checkpoints:
+        try:
+            return checkpoint_step(path)
+        except DamagedCheckpointError:
+            continue
+    return 0
 
 
 def _whole_steps(steps: float | None) -> int | None:

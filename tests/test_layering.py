@@ -7,11 +7,12 @@ LAYERS = {
     "_compat": 0, "per_thread": 0, "versions": 0, "tf_config": 0, "logs": 0,
     "spec": 1, "config": 1,
     "strategy": 2, "variables": 2, "inputs": 2, "checkpoints": 2, "legacy": 2, "cross_replica": 2,
-    "serving": 2, "fetches": 2, "worker_errors": 2, "optimizer_view": 2,
+    "serving": 2, "fetches": 2, "worker_errors": 2, "optimizer_view": 2, "model_dir": 2,
+    "model_dir_lock": 2,
     "loop": 3, "host": 3, "metric_ops": 3, "padding": 3, "export": 3, "preemption": 3, "inference": 3,
     "model_fn": 4,
     "trainer": 5, "model": 5, "session_hooks": 5, "batch_methods": 5, "keras_methods": 5,
-    "callbacks": 6,
+    "callbacks": 6, "restore": 6,
     "tpu_estimator": 7,
     "estimator": 8,  # the package laid out like tf.compat.v1.estimator
 }
