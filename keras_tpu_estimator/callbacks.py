@@ -267,6 +267,7 @@ class StepSummaries(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         directory, self._temporary = _writable_dir(self.model, self.logdir)
+        check_model_dir(directory)
         self._writer = tf.summary.create_file_writer(directory)
         self._last_step = self.model.global_step
         self._last_time = time.monotonic()
