@@ -9,6 +9,11 @@ Workloads: an MLP 784-256-256-10 (batch 128, Adam) and a tiny overhead-bound
 linear model (8 -> 1, batch 8, SGD), at steps_per_execution 1, 32 and 100;
 plus a scalar `host_call` on/off and padded prediction against a raw loop.
 A shared 2-core machine drifts by +-20 %: compare ratios, not absolute rates.
+
+Reliability (not speed): `.venv/bin/python -m benchmarks.reliability [--kills 20]`
+SIGKILLs a training run at random moments (start-up, training, inside saves),
+restarts it, and reports unreadable checkpoints, stray files and whether the
+final weights equal an uninterrupted run's; see benchmarks/reliability.py.
 """
 
 from __future__ import annotations
