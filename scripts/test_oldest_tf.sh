@@ -11,4 +11,4 @@ export TF_CPP_MIN_LOG_LEVEL=2
   tests/test_loop.py tests/test_estimator.py tests/test_host.py tests/test_padding.py \
   tests/test_export.py tests/test_export_v2.py tests/test_tpu.py tests/test_original_parity.py \
   tests/test_original_api.py tests/test_namespace.py tests/test_session_hooks.py tests/test_install.py \
-  tests/test_keras_face.py tests/test_keras_methods.py
+  tests/test_keras_face.py tests/test_keras_methods.py tests/test_model_dir.py tests/test_model_dir_lock.py
