@@ -23,6 +23,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_tpu_estimator import _compat
+
 CHECKPOINT_NAME = "model.ckpt"
 
 
@@ -225,21 +227,6 @@ def init_from_checkpoint(
     )
 
 
-class _NameBasedCheckpoint:
-    """What `tf.train.CheckpointManager` needs from a checkpoint: `save_counter` and `_write`."""
-
-    def __init__(self, variables: Mapping[str, Any]):
-        self._variables = variables
-        with tf.init_scope():
-            self.save_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="save_counter")
-
-    def _write(self, prefix: str, options: Any = None) -> str:
-        write_checkpoint(prefix, self._variables)
-        for callback in getattr(options, "experimental_write_callbacks", None) or ():
-            callback(prefix)
-        return prefix
-
-
 class CheckpointKeeper:
     """Numbered checkpoints of a model's TF1-named variables in `model_dir`.
 
@@ -266,8 +253,9 @@ class CheckpointKeeper:
         keep_checkpoint_every_n_hours: float | None = None,
     ):
         self._variables = variables
+        self._prefix = os.path.join(model_dir, CHECKPOINT_NAME)
         self._manager = tf.train.CheckpointManager(
-            _NameBasedCheckpoint(variables),
+            _compat.checkpoint_for_manager(lambda prefix: write_checkpoint(prefix, variables)),
             model_dir,
             max_to_keep=max_to_keep or None,
             keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
@@ -276,7 +264,7 @@ class CheckpointKeeper:
 
     def save(self, step: int) -> str:
         """Writes `model.ckpt-<step>` and records it as the latest."""
-        if self._manager.latest_checkpoint == f"{self._manager._prefix}-{step}":
+        if self._manager.latest_checkpoint == f"{self._prefix}-{step}":
             return self._manager.latest_checkpoint
         return self._manager.save(checkpoint_number=step)
 

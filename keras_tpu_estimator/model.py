@@ -146,7 +146,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
                 "num_replicas should be the total num of TPU cores in the system. Leave "
                 "num_shards as None, or set it to the strategy's replicas."
             )
-        self._distribute_strategy = strategy
+        _compat.set_distribute_strategy(self, strategy)
         self._multi_worker = num_workers(strategy) > 1
         if config.tf_random_seed is not None:
             keras.utils.set_random_seed(config.tf_random_seed)
@@ -238,6 +238,14 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         """The global training batch size, once known."""
         return self._runner.global_batch.get(ModeKeys.TRAIN) or self._runner.batch_sizes[ModeKeys.TRAIN]
 
+    def release_host(self) -> None:
+        """Ends the host thread and closes the host functions' sessions.
+
+        For a model that is done (each `TPUEstimator` call ends with it); its
+        `host_call` / `eval_metrics` cannot run afterwards.
+        """
+        self._runner.host.close()
+
     def call_model_fn(self, features: Any, labels: Any, mode: str, mask: Any = None) -> Any:
         """Calls `model_fn` as the model's steps do (inside a trace); returns the checked spec."""
         return self._runner.call_model_fn(features, labels, mode, mask)
@@ -268,10 +276,10 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             )
         if isinstance(optimizer, keras.optimizers.Optimizer) and not optimizer.built:
             # Recreate it under the model's strategy so its variables are mirrored.
-            with self._distribute_strategy.scope():
+            with self.distribute_strategy.scope():
                 optimizer = optimizer.__class__.from_config(optimizer.get_config())
         elif optimizer is not None and not isinstance(optimizer, keras.optimizers.Optimizer):
-            with self._distribute_strategy.scope():
+            with self.distribute_strategy.scope():
                 optimizer = keras.optimizers.get(optimizer)
         super().compile(optimizer=optimizer, steps_per_execution=1, jit_compile=False)
         if optimizer is None and ModeKeys.TRAIN in self._runner.output_specs and not self._runner.uses_keras_optimizer:
@@ -291,7 +299,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             ModeKeys.EVAL: self._runner.test_step,
             ModeKeys.PREDICT: self._runner.predict_step,
         }[mode]
-        strategy = self._distribute_strategy
+        strategy = self.distribute_strategy
 
         @contextlib.contextmanager
         def around_run() -> Any:

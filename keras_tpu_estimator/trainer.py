@@ -247,7 +247,7 @@ class EstimatorTrainer:
         if run.empty_replica_at is not None:
             raise ValueError(
                 f"Training stopped at global step {run.empty_replica_at}: the next training batch "
-                f"has fewer rows than the {self._distribute_strategy.num_replicas_in_sync} "
+                f"has fewer rows than the {self.distribute_strategy.num_replicas_in_sync} "
                 "replicas, so a replica would get no rows and model_fn's loss over no rows is "
                 "NaN. Batch the training dataset with `drop_remainder=True` (or `.repeat()` it), "
                 "or give array input a number of rows that leaves a last batch of at least one "
@@ -308,7 +308,7 @@ class EstimatorTrainer:
                         exhausted = True
                         break
                     if self._multi_worker:  # every worker stops at the same execution
-                        if any_worker(self._distribute_strategy, stop.requested):
+                        if any_worker(self.distribute_strategy, stop.requested):
                             stop.request(stop.signal or signal.SIGTERM)
                     if stop.requested:
                         self.stop_training = True

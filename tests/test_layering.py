@@ -2,6 +2,7 @@
 
 import ast
 import pathlib
+import tempfile
 
 LAYERS = {
     "_compat": 0, "per_thread": 0, "versions": 0, "tf_config": 0, "logs": 0,
@@ -51,3 +52,88 @@ def test_private_tensorflow_and_keras_modules_are_imported_only_in_compat():
                 names = [node.module or ""]
             leaked = [n for n in names if n.startswith(private)]
             assert not leaked, f"{source.name} imports {leaked}: private API belongs in _compat"
+
+
+_NAMEDTUPLE_API = {"_asdict", "_fields", "_replace", "_make", "_field_defaults"}
+
+
+def _private_names(value) -> set[str]:
+    return {n for n in dir(value) if n.startswith("_") and not n.startswith("__")}
+
+
+def _foreign_bases() -> dict[str, set[str]]:
+    """`{base class as written: its instances' underscore attributes}` for the TF / Keras bases we extend."""
+    import keras
+
+    return {
+        "keras.Model": _private_names(keras.Model()),
+        "keras.layers.Layer": _private_names(keras.layers.Layer()),
+        "keras.callbacks.Callback": _private_names(keras.callbacks.Callback()),
+    }
+
+
+def _held_objects() -> set[str]:
+    """Underscore attributes of TF / Keras objects the package holds and must not reach into."""
+    import keras
+    import tensorflow as tf
+
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(), tempfile.mkdtemp(), max_to_keep=1)
+    objects = [keras.Model(), keras.optimizers.SGD(), keras.Variable(1.0), tf.Variable(1.0), manager,
+               tf.distribute.get_strategy(), tf.compat.v1.train.StopAtStepHook(num_steps=1)]
+    return set().union(*map(_private_names, objects))
+
+
+def test_private_tensorflow_and_keras_attributes_are_used_only_in_compat():
+    """Outside `_compat`: no underscore attribute of a TF / Keras object, read or written.
+
+    `self._x` in a class that extends a Keras class must not be one of that
+    class's own private attributes; `obj._x` on anything else must be a name
+    this package defines and not a TF / Keras private one.
+    """
+    trees = {p: ast.parse(p.read_text()) for p in PACKAGE.rglob("*.py")}
+    ours, functions, bases = set(), set(), {}
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                ours.add(node.name)
+                functions.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [ast.unparse(b) for b in node.bases]
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                ours.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                ours.add(node.id)
+    foreign_bases, held = _foreign_bases(), _held_objects() - functions
+    mixed_into = {mixin: name for name, parents in bases.items() for mixin in parents}
+
+    def foreign_of(cls: str | None, seen=()) -> set[str]:
+        if cls is None or cls in seen:
+            return set()
+        found = set()
+        for base in bases.get(cls, []):
+            found |= foreign_bases.get(base, set()) | foreign_of(base, (*seen, cls))
+        return found | foreign_of(mixed_into.get(cls), (*seen, cls))  # a mixin is what it is mixed into
+
+    leaks = []
+    for path, tree in trees.items():
+        if "_compat" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(tree):  # getattr(obj, "_x"), get_collection("_X")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in {
+                "getattr", "setattr", "hasattr", "get_collection", "get_collection_ref"
+            }:
+                for arg in node.args[:2]:
+                    value = arg.value if isinstance(arg, ast.Constant) else None
+                    if isinstance(value, str) and value.startswith("_") and value not in ours | _NAMEDTUPLE_API:
+                        leaks.append(f"{path.name}:{node.lineno} {ast.unparse(node)[:60]}")
+        for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)] + [tree]:
+            own = foreign_of(cls.name) - functions if isinstance(cls, ast.ClassDef) else set()
+            for node in ast.walk(cls):
+                if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")) or node.attr.startswith("__"):
+                    continue
+                name, on_self = node.attr, isinstance(node.value, ast.Name) and node.value.id == "self"
+                if name in _NAMEDTUPLE_API:
+                    continue
+                if (on_self and name in own) or (not on_self and (name not in ours or name in held)):
+                    leaks.append(f"{path.name}:{node.lineno} {ast.unparse(node)[:60]}")
+    assert not sorted(set(leaks)), f"private TF/Keras attributes outside _compat: {sorted(set(leaks))}"

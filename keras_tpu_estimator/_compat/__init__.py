@@ -22,6 +22,7 @@ import tensorflow as tf
 from keras.src.backend.common import global_state as _keras_global_state
 from keras.src.backend.common import name_scope as _keras_name_scope
 from tensorflow.python.framework import func_graph as _func_graph
+from tensorflow.python.ops import summary_ops_v2 as _summary_ops_v2
 from tensorflow.python.ops import variable_scope as _variable_scope
 from tensorflow.python.training import moving_averages as _moving_averages
 
@@ -400,3 +401,41 @@ def checkpoint_saver_hook_parts(hook: Any) -> tuple[str, int | None, float | Non
     """
     timer = hook._timer
     return hook._checkpoint_dir, timer._every_steps, timer._every_secs, list(hook._listeners)
+
+
+def summary_writer_init_ops() -> list:
+    """The init ops of the TF2 summary writers made in the default graph.
+
+    TF keeps them in the collection `summary_ops_v2._SUMMARY_WRITER_INIT_COLLECTION_NAME`.
+    """
+    return tf.compat.v1.get_collection(_summary_ops_v2._SUMMARY_WRITER_INIT_COLLECTION_NAME)
+
+
+def set_distribute_strategy(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
+    """Makes `model.distribute_strategy` return `strategy` (Keras' `Model._distribute_strategy`)."""
+    model._distribute_strategy = strategy
+
+
+class _CheckpointForManager:
+    """What `tf.train.CheckpointManager.save` calls on its checkpoint: `save_counter` and `_write`."""
+
+    def __init__(self, write: Callable[[str], Any]):
+        self._write_prefix = write
+        with tf.init_scope():
+            self.save_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="save_counter")
+
+    def _write(self, prefix: str, options: Any = None) -> str:
+        self._write_prefix(prefix)
+        for callback in getattr(options, "experimental_write_callbacks", None) or ():
+            callback(prefix)
+        return prefix
+
+
+def checkpoint_for_manager(write: Callable[[str], Any]) -> Any:
+    """A checkpoint object for `tf.train.CheckpointManager` whose saves call `write(prefix)`.
+
+    The manager numbers, records and deletes checkpoints; it writes through
+    the private `Checkpoint._write(prefix, options)` protocol (the signature
+    checked on TF 2.20 and 2.21).
+    """
+    return _CheckpointForManager(write)
