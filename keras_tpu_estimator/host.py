@@ -23,10 +23,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu_estimator import _compat
 from keras_tpu_estimator.logs import get_logger
 
 _log = get_logger(__name__)
-_WRITER_INIT_COLLECTION = "_SUMMARY_WRITER_V2"  # summary_ops_v2._SUMMARY_WRITER_INIT_COLLECTION_NAME
 
 
 def split_host_call(name: str, host_call: Any) -> tuple[Callable, list[str] | None, list[Any]]:
@@ -111,7 +111,7 @@ class HostFunction:
             self._flush = [tf.raw_ops.FlushSummaryWriter(writer=op.outputs[0]) for op in writers]
             self._reset_locals = tf.compat.v1.local_variables_initializer()
             init = [
-                tf.compat.v1.get_collection(_WRITER_INIT_COLLECTION),
+                _compat.summary_writer_init_ops(),
                 tf.compat.v1.global_variables_initializer(),
                 self._reset_locals,
             ]
@@ -213,6 +213,11 @@ class HostMetrics:
                 f"Received: {result!r}"
             )
         return [pair[1] for pair in result.values()]
+
+    def close(self) -> None:
+        """Closes the metric graph's session, if any."""
+        if self._graph_metrics is not None:
+            self._graph_metrics.close()
 
     def reset(self) -> None:
         """Starts a new evaluation: all accumulators to zero."""
@@ -356,7 +361,26 @@ class HostRunner:
             pending.result()
 
     def finish(self, mode: str) -> None:
-        """Drains the host thread and flushes `mode`'s summary writers."""
-        self.drain()
+        """Drains the host thread, flushes `mode`'s summary writers and ends the thread.
+
+        The thread is started again by the next `submit`.
+        """
+        try:
+            self.drain()
+        finally:
+            if self._worker is not None:
+                self._worker.shutdown(wait=True)
+                self._worker = None
         if mode in self._host_calls:
             self._host_calls[mode].flush()
+
+    def close(self) -> None:
+        """Ends the thread and closes every host function's session (the runner is done)."""
+        try:
+            self.finish("")
+        finally:
+            for host_call in self._host_calls.values():
+                host_call.close()
+            if self.metrics is not None:
+                self.metrics.close()
+            self._host_calls.clear()

@@ -368,7 +368,10 @@ class TPUEstimator:
         if self._log_every_n_steps:
             callbacks.append(StepLogger(self._log_every_n_steps))
         with sharing_worker_errors(self.model_dir, model.distribute_strategy):
-            model.fit(input_fn, callbacks=callbacks + hooks, verbose=0)
+            try:
+                model.fit(input_fn, callbacks=callbacks + hooks, verbose=0)
+            finally:
+                model.release_host()
         return self
 
     def evaluate(
@@ -417,7 +420,10 @@ class TPUEstimator:
             self._checkpoint_or_initialization(checkpoint_path, "evaluate"), self._warm_start
         )
         model = self._model(self._use_tpu and self._eval_on_tpu)
-        logs = model.evaluate(input_fn, steps=steps, callbacks=[restore, *hooks], verbose=0, return_dict=True)
+        try:
+            logs = model.evaluate(input_fn, steps=steps, callbacks=[restore, *hooks], verbose=0, return_dict=True)
+        finally:
+            model.release_host()
         step, path = model.global_step, restore.restored
         if is_chief(model.distribute_strategy):
             logdir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
@@ -462,15 +468,18 @@ class TPUEstimator:
         checkpoints = self._checkpoint_or_initialization(checkpoint_path, "predict")
         model = self._model(self._use_tpu)
         callbacks = [RestoreOrWarmStart(checkpoints, self._warm_start), *hooks]
-        for batch in model.predict_batches(input_fn, callbacks=callbacks, verbose=0):
-            batch = _select_keys(batch, predict_keys)
-            if not yield_single_examples:
-                yield batch
-            elif not isinstance(batch, dict):
-                yield from batch
-            else:
-                for i in range(len(next(iter(batch.values())))):
-                    yield {key: value[i] for key, value in batch.items()}
+        try:  # a generator closed early (or collected) releases the host too
+            for batch in model.predict_batches(input_fn, callbacks=callbacks, verbose=0):
+                batch = _select_keys(batch, predict_keys)
+                if not yield_single_examples:
+                    yield batch
+                elif not isinstance(batch, dict):
+                    yield from batch
+                else:
+                    for i in range(len(next(iter(batch.values())))):
+                        yield {key: value[i] for key, value in batch.items()}
+        finally:
+            model.release_host()
 
     def export_saved_model(
         self,

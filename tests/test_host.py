@@ -1,5 +1,7 @@
 """host_call and eval_metrics: gathered across replicas, run on the host once per step."""
 
+import threading
+
 import keras
 import numpy as np
 import pytest
@@ -270,3 +272,35 @@ def test_a_host_call_that_returns_nothing_still_writes_its_summaries(tmp_path, s
 
     make(model_fn, strategy, k=3).fit(models.input_fn, callbacks=[kte.StopAtStep(steps=5)], verbose=0)
     assert event_steps(tmp_path, "silent") == [0, 1, 2, 3, 4]
+
+
+def test_the_host_thread_ends_with_each_call_and_facade_calls_close_their_sessions(tmp_path):
+    def host_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("keras_tpu_estimator_host")]
+
+    calls = []
+    model = make(model_fn_with_host_call(calls), None, k=2)
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=4)], verbose=0)
+    assert len(calls) == 4 and host_threads() == []  # the next fit starts it again
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=2)], verbose=0)
+    assert len(calls) == 6 and host_threads() == []
+
+    estimator = kte.TPUEstimator(metric_model_fn("list"), config=kte.RunConfig(model_dir=str(tmp_path)),
+                                 train_batch_size=32, eval_batch_size=32, use_tpu=False)
+    opened = []
+    original = tf.compat.v1.Session.__init__
+
+    def recording_init(session, *args, **kwargs):
+        original(session, *args, **kwargs)
+        opened.append(session)
+
+    tf.compat.v1.Session.__init__ = recording_init
+    try:
+        estimator.evaluate(metric_input_fn, steps=2)
+    finally:
+        tf.compat.v1.Session.__init__ = original
+    assert opened
+    for session in opened:  # the host_call / metric sessions of the evaluation are closed
+        with pytest.raises(RuntimeError, match="closed Session"):
+            session.run([])
+    assert host_threads() == []
