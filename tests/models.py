@@ -78,3 +78,11 @@ class ExecutionRecorder(keras.callbacks.Callback):
     @property
     def sizes(self):
         return [int(x) for x in np.diff(self.steps)]
+
+
+def assert_replicas_equal(model):
+    """Every replica's copy of every model_fn variable is identical (one copy off a strategy)."""
+    for name, variable in model.variables_by_name.items():
+        copies = [v.numpy() for v in getattr(variable.value, "values", [variable.value])]
+        for copy in copies[1:]:
+            np.testing.assert_array_equal(copies[0], copy, err_msg=name)

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from tests import models
+from tests.models import assert_replicas_equal
 
 
 def make_model(model_fn, strategy, params=None, k=4, seed=None, **kwargs):
@@ -198,13 +199,6 @@ def test_learns_and_matches_on_one_and_four_replicas(model_fn, params, kwargs, m
     for name in one:
         np.testing.assert_allclose(one[name], four[name], atol=1e-5, err_msg=name)
     assert_replicas_equal(model)
-
-
-def assert_replicas_equal(model):
-    for variable in model.variables:
-        copies = [v.numpy() for v in variable.value.values]
-        for copy in copies[1:]:
-            np.testing.assert_array_equal(copies[0], copy)
 
 
 def test_tf1_names_and_slots_are_kept(strategy):

@@ -40,8 +40,13 @@ def test_host_call_validation_follows_the_seed(host_call, error, message):
 
 
 def test_varargs_and_dict_host_calls_are_accepted():
-    kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, loss=L, host_call=(lambda *a: a, [T, T, T]))
-    kte.TPUEstimatorSpec(kte.ModeKeys.EVAL, loss=L, eval_metrics=(lambda a, b: a, {"a": T, "b": T}))
+    spec = kte.TPUEstimatorSpec(kte.ModeKeys.TRAIN, loss=L, host_call=(lambda *a: a, [T, T, T]))
+    assert len(spec.host_call[1]) == 3
+    spec = kte.TPUEstimatorSpec(kte.ModeKeys.EVAL, loss=L, eval_metrics=(lambda a, b: a, {"a": T, "b": T}))
+    assert sorted(spec.eval_metrics[1]) == ["a", "b"]
+    # Too few positional arguments for the same functions is the seed's error.
+    with pytest.raises(RuntimeError, match="length of tensors 1 does not match method args"):
+        kte.TPUEstimatorSpec(kte.ModeKeys.EVAL, loss=L, eval_metrics=(lambda a, b: a, [T]))
 
 
 def test_spec_hooks_are_session_hooks_or_callbacks():

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from tests import models, tf1_models
+from tests.models import assert_replicas_equal
 
 
 def make_model(model_fn, strategy, params=None, k=4, batch=32, seed=None):
@@ -16,13 +17,6 @@ def make_model(model_fn, strategy, params=None, k=4, batch=32, seed=None):
         model_fn, params=params, config=config, strategy=strategy,
         train_batch_size=batch, eval_batch_size=batch, predict_batch_size=batch,
     )
-
-
-def assert_replicas_equal(model):
-    for name, variable in model.variables_by_name.items():
-        copies = [v.numpy() for v in getattr(variable.value, "values", [variable.value])]
-        for copy in copies[1:]:
-            np.testing.assert_array_equal(copies[0], copy, err_msg=name)
 
 
 def tf1_graph_variable_names(model_fn, params):
