@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator.inputs import keras_input, refuse_keras_arguments
+from keras_tpu_estimator.nan_errors import NanLossError
 from keras_tpu_estimator.spec import ModeKeys
-from keras_tpu_estimator.trainer import NanLossError
 
 
 def _one_batch(method: str, x: Any, y: Any) -> tf.data.Dataset:

@@ -359,8 +359,8 @@ class KerasMethods:
         ```
         """
         super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
-        if getattr(self, "_step_during_fit", None) is not None:  # loaded inside fit (a callback)
-            self._step_during_fit = int(self.global_step_variable.numpy())
+        if self._stats.step_during_fit is not None:  # loaded inside fit (a callback)
+            self._stats.step_during_fit = int(self.global_step_variable.numpy())
 
     # ----------------------------------------------------------------- saving
     def save(self, filepath: str | os.PathLike, overwrite: bool = True, zipped: bool | None = None, **kwargs: Any) -> None:

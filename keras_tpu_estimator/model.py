@@ -27,34 +27,14 @@ from keras_tpu_estimator.config import RunConfig, check_supported
 from keras_tpu_estimator.keras_methods import KerasMethods
 from keras_tpu_estimator.legacy import per_replica_collections
 from keras_tpu_estimator.logs import get_logger
-from keras_tpu_estimator.loop import make_loop_function
+from keras_tpu_estimator.loop import ExecutionStats, make_loop_function
 from keras_tpu_estimator.model_fn import ModelFnRunner
+from keras_tpu_estimator.nan_errors import NonFiniteVariableError
 from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_model_fn
 from keras_tpu_estimator.strategy import num_workers, resolve_strategy
 from keras_tpu_estimator.trainer import EstimatorTrainer
 
 _log = get_logger(__name__)
-
-
-class NonFiniteVariableError(FloatingPointError, tf.errors.InvalidArgumentError):
-    """A trainable variable holds NaN or Inf after an execution.
-
-    Both a `FloatingPointError` (Keras' habit) and the original's
-    `tf.errors.InvalidArgumentError` ("Gradient for ... is NaN"), so code that
-    caught either keeps working.
-
-    Example:
-
-    ```python
-    try:
-        estimator.train(input_fn, max_steps=1000)
-    except tf.errors.InvalidArgumentError as error:  # or FloatingPointError
-        print(error.message)
-    ```
-    """
-
-    def __init__(self, message: str):
-        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
 
 
 class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.Model):
@@ -157,12 +137,8 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         }
         self._runner = ModelFnRunner(self, model_fn, params, config, strategy, use_tpu, batch_sizes)
         self.stop_at_step: int | None = None
-        self._step_during_fit: int | None = None
-        self.last_execution_loss: float | None = None
-        self.last_step_loss: float | None = None
-        self.last_execution_finite = True  # loss and trainable variables (training)
+        self._stats = ExecutionStats()  # what the last execution left
         self.steps_per_hook_run: int | None = None  # set by SessionRunHookCallback
-        self._seconds_per_step: float | None = None
         self.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
 
     # ----------------------------------------------------------------- basics
@@ -189,8 +165,8 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         variable changes only inside executions), which saves a device read per
         callback.
         """
-        if self._step_during_fit is not None:
-            return self._step_during_fit
+        if self._stats.step_during_fit is not None:
+            return self._stats.step_during_fit
         return int(self._runner.store.global_step.numpy())
 
     @property

@@ -28,6 +28,7 @@ import tensorflow as tf
 from keras_tpu_estimator._compat.keras_state import take_resumed_epoch
 from keras_tpu_estimator.inputs import keras_input, refuse_keras_arguments
 from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.nan_errors import NanLossError
 from keras_tpu_estimator.optimizer_view import check_learning_rate_callbacks
 from keras_tpu_estimator.preemption import StopRequests
 from keras_tpu_estimator.session_hooks import as_callback
@@ -37,23 +38,6 @@ from keras_tpu_estimator.strategy import any_worker
 _log = get_logger(__name__)
 
 
-
-class NanLossError(FloatingPointError, tf.compat.v1.train.NanLossDuringTrainingError):
-    """The training loss became NaN or Inf: the original's `NanLossDuringTrainingError`, and a
-    `FloatingPointError` for Keras code.
-
-    Example:
-
-    ```python
-    try:
-        estimator.train(input_fn, max_steps=1000)
-    except tf.compat.v1.train.NanLossDuringTrainingError as error:
-        print(error)  # "NaN loss during training. The training loss became nan ..."
-    ```
-    """
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "NaN loss during training."
 
 @dataclasses.dataclass
 class _FitRun:
@@ -79,14 +63,29 @@ class EstimatorTrainer:
     ```
     """
 
+    @property
+    def last_execution_loss(self) -> float | None:
+        """The mean loss of the last execution's steps."""
+        return self._stats.last_execution_loss
+
+    @property
+    def last_step_loss(self) -> float | None:
+        """The loss of the last execution's last step (what a TPUEstimator loop gave its hooks)."""
+        return self._stats.last_step_loss
+
+    @property
+    def last_execution_finite(self) -> bool:
+        """Whether the last training execution's loss and trainable variables were finite."""
+        return self._stats.last_execution_finite
+
     def _execution_size(self, limit: int | None, training: bool = True) -> int:
         loop = self._iterations_per_loop
         if loop.unit == "count":
             size = loop.value
-        elif self._seconds_per_step is None:
+        elif self._stats.seconds_per_step is None:
             size = 1
         else:
-            size = max(1, int(loop.value / max(self._seconds_per_step, 1e-9)))
+            size = max(1, int(loop.value / max(self._stats.seconds_per_step, 1e-9)))
         if limit is not None:
             size = min(size, limit)
         if training and self.stop_at_step is not None:
@@ -138,19 +137,19 @@ class EstimatorTrainer:
         """
         first_step = self.global_step if mode == ModeKeys.TRAIN else 0
         start = time.perf_counter()
-        result = function(iterator, tf.constant(size, tf.int32))
+        result = self._stats.call(function, iterator, size)
         steps = int(result.steps)
         loss_sum, weight_sum = float(result.loss_sum), float(result.weight_sum)
         if steps:
-            self._seconds_per_step = (time.perf_counter() - start) / steps
-            self.last_execution_loss = loss_sum / max(weight_sum, 1e-12)
-            self.last_step_loss = float(result.last_loss)
+            self._stats.seconds_per_step = (time.perf_counter() - start) / steps
+            self._stats.last_execution_loss = loss_sum / max(weight_sum, 1e-12)
+            self._stats.last_step_loss = float(result.last_loss)
         if result.after is not None:
             step, all_finite, finite = result.after
-            if self._step_during_fit is not None:
-                self._step_during_fit = int(step)
+            if self._stats.step_during_fit is not None:
+                self._stats.step_during_fit = int(step)
             if steps:
-                self.last_execution_finite = bool(all_finite) and math.isfinite(loss_sum)
+                self._stats.last_execution_finite = bool(all_finite) and math.isfinite(loss_sum)
             if steps and not bool(all_finite):
                 self._check_variables_finite(finite, raise_error=check_finite)
         if result.host is not None and steps:
@@ -224,7 +223,7 @@ class EstimatorTrainer:
         )
         check_learning_rate_callbacks(self.optimizer, callbacks.callbacks)
         self.stop_training = False
-        self._step_during_fit = None
+        self._stats.step_during_fit = None
         self._runner.store.reset_local_variables()  # as each TF1 train()'s new session
         run = _FitRun(
             epochs=epochs,
@@ -241,7 +240,7 @@ class EstimatorTrainer:
         with stop.installed():  # until the end: a signal during on_train_end waits for it
             epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
             self._runner.host.finish(ModeKeys.TRAIN)
-            self._step_during_fit = None
+            self._stats.step_during_fit = self._stats.concrete = None  # the iterator is done
             callbacks.on_train_end(logs=epoch_logs)
         stop.raise_if_requested()
         if run.empty_replica_at is not None:
@@ -260,7 +259,7 @@ class EstimatorTrainer:
     ) -> dict:
         """The epochs of `fit`, up to (not including) `on_train_end`; returns the last epoch's logs."""
         callbacks.on_train_begin()  # may restore a checkpoint: read the step after it
-        self._step_during_fit = start_step = int(self._runner.store.global_step.numpy())
+        self._stats.step_during_fit = start_step = int(self._runner.store.global_step.numpy())
         initial_epoch = take_resumed_epoch(self) or run.initial_epoch  # BackupAndRestore's epoch
         steps_per_epoch = run.steps_per_epoch
         if steps_per_epoch is None and self.stop_at_step is not None:
@@ -326,7 +325,7 @@ class EstimatorTrainer:
                 if exhausted and steps_per_epoch is not None:
                     break
         except BaseException:
-            self._step_during_fit = None  # the variable is the truth again
+            self._stats.step_during_fit = None  # the variable is the truth again
             raise
         return epoch_logs
 
@@ -409,6 +408,7 @@ class EstimatorTrainer:
             loss_sum, weight_sum = loss_sum + execution_loss, weight_sum + execution_weight
             logs["loss"] = loss_sum / max(weight_sum, 1e-12)
             callbacks.on_test_batch_end(done - 1, dict(logs))
+        self._stats.concrete = None  # the iterator is done
         if done == 0:
             raise ValueError("evaluate() ran no steps: the input is empty.")
         host.finish(ModeKeys.EVAL)
@@ -463,6 +463,7 @@ class EstimatorTrainer:
                 )
                 yield batch
             callbacks.on_predict_batch_end(first + count - 1, {"outputs": batch})
+        self._stats.concrete = None  # the iterator is done
         self._runner.host.finish(ModeKeys.PREDICT)
         callbacks.on_predict_end()
 
