@@ -156,8 +156,7 @@ class CheckpointSaver(keras.callbacks.Callback):
         self._lock = None
         if self._temporary is None:  # the writer of model_dir: one at a time, leftovers removed
             check_model_dir(self._directory)
-            tf.io.gfile.makedirs(self._directory)
-            self._lock = ModelDirLock(self._directory)
+            self._lock = ModelDirLock(self._directory)  # creates model_dir when missing
             self._lock.acquire()
             remove_leftovers(self._directory)
         tf.io.gfile.makedirs(self._directory)

@@ -90,6 +90,19 @@ def write_checkpoint(prefix: str, variables: Mapping[str, Any]) -> str:
     return prefix
 
 
+def open_checkpoint(path: str) -> tuple[Any, dict[str, list[int]]]:
+    """`(reader, {name: shape})` of the checkpoint prefix `path`.
+
+    Raises:
+        DamagedCheckpointError: its index cannot be read.
+    """
+    try:
+        reader = tf.train.load_checkpoint(path)
+        return reader, reader.get_variable_to_shape_map()
+    except READ_ERRORS as error:
+        raise DamagedCheckpointError(path, _reason(error)) from error
+
+
 def restore_checkpoint(
     path: str,
     variables: Mapping[str, Any],
@@ -116,11 +129,7 @@ def restore_checkpoint(
         DamagedCheckpointError: its files cannot be read.
     """
     path = resolve_checkpoint_path(path)
-    try:
-        reader = tf.train.load_checkpoint(path)
-        shapes = reader.get_variable_to_shape_map()
-    except READ_ERRORS as error:
-        raise DamagedCheckpointError(path, _reason(error)) from error
+    reader, shapes = open_checkpoint(path)
     name_map = dict(name_map or {})
     missing = [
         name for name in variables

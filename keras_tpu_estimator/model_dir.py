@@ -7,18 +7,20 @@ overwrite newer work. Here the checkpoints are the `model.ckpt-<N>.index`
 files themselves, newest first, and the state file is a cache that a trainer
 rewrites when it disagrees.
 
-A trainer (the only writer of a `model_dir`, see `model_dir_lock.py`) calls
-`prepare_for_training` at start: it removes what interrupted saves left
-(this library's and TensorFlow's temporary names only), sets aside
-checkpoints newer than the step training resumes from (a damaged one that
-could not be restored, so nothing newer is ever overwritten) and rewrites the
-state file from the scan. Readers (`evaluate`, `predict`) change nothing.
+A trainer (the only writer of a `model_dir`, see `model_dir_lock.py`;
+`CheckpointSaver` in practice) removes what interrupted saves left at start
+(this library's and TensorFlow's temporary names only), then, once it knows
+the step training resumes from, sets aside newer checkpoints (a damaged one
+that could not be restored, so nothing newer is ever overwritten) and
+rewrites the state file from the scan. Readers (`evaluate`, `predict`)
+change nothing.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import tensorflow as tf
 
@@ -66,11 +68,16 @@ def scanned_checkpoints(model_dir: str) -> list[str]:
     return [f"{model_dir.rstrip('/')}/{CHECKPOINT_NAME}-{step}" for step in sorted(steps, reverse=True)]
 
 
-def _state_latest(model_dir: str) -> str | None:
+def _state(model_dir: str) -> Any:
+    """The parsed `checkpoint` state file, or None when it is missing or cannot be parsed."""
     try:
-        state = tf.train.get_checkpoint_state(model_dir)
-    except (tf.errors.OpError, ValueError):  # an unparsable state file is a missing one
+        return tf.train.get_checkpoint_state(model_dir)
+    except (tf.errors.OpError, ValueError):
         return None
+
+
+def _state_latest(model_dir: str) -> str | None:
+    state = _state(model_dir)
     return state.model_checkpoint_path if state is not None else None
 
 
@@ -167,29 +174,10 @@ def rewrite_state(model_dir: str) -> None:
     found = scanned_checkpoints(model_dir)
     if not found:
         return
-    latest = _state_latest(model_dir)
-    try:
-        listed = list(tf.train.get_checkpoint_state(model_dir).all_model_checkpoint_paths)
-    except (tf.errors.OpError, ValueError, AttributeError):
-        listed = []
-    if latest == found[0] and sorted(listed) == sorted(found):
-        return
+    state = _state(model_dir)
+    if state is not None and state.model_checkpoint_path == found[0]:
+        if sorted(state.all_model_checkpoint_paths) == sorted(found):
+            return
     tf.compat.v1.train.update_checkpoint_state(
         model_dir, found[0], all_model_checkpoint_paths=list(reversed(found))
     )
-
-
-def prepare_for_training(model_dir: str, step: int) -> None:
-    """What a trainer does to `model_dir` before its first save (see the module docstring).
-
-    Example:
-
-    ```python
-    prepare_for_training("/tmp/m", step=model.global_step)
-    ```
-    """
-    check_model_dir(model_dir)
-    tf.io.gfile.makedirs(model_dir)
-    remove_leftovers(model_dir)
-    set_aside_newer(model_dir, step)
-    rewrite_state(model_dir)

@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import keras
-import tensorflow as tf
 
 from keras_tpu_estimator.checkpoints import (
-    READ_ERRORS,
     DamagedCheckpointError,
     WarmStartSettings,
+    open_checkpoint,
     restore_checkpoint,
 )
 from keras_tpu_estimator.logs import get_logger
@@ -85,10 +84,7 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
     def _restore_one(self, path: str) -> None:
         variables = self.model.checkpoint_variables
         optimizer = [name for name in variables if name.startswith("keras_optimizer/")]
-        try:
-            stored = set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
-        except READ_ERRORS as error:
-            raise DamagedCheckpointError(path, getattr(error, "message", str(error))) from error
+        stored = set(open_checkpoint(path)[1])
         name_map = _older_optimizer_names(optimizer, self.model.variables_by_name, stored)
         restore_checkpoint(path, variables, name_map=name_map, allow_missing=optimizer)
         fresh = [name for name in optimizer if name_map.get(name, name) not in stored]

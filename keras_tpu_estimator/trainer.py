@@ -236,7 +236,7 @@ class EstimatorTrainer:
             ),
         )
         stop = StopRequests()
-        take_resumed_epoch(self)
+        take_resumed_epoch(self)  # drop an epoch an earlier fit's backup left; on_train_begin may set it
         with stop.installed():  # until the end: a signal during on_train_end waits for it
             epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
             self._runner.host.finish(ModeKeys.TRAIN)
