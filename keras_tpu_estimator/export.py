@@ -34,7 +34,7 @@ from keras_tpu_estimator import _compat
 from keras_tpu_estimator._compat.deprecations import quiet_deprecations
 from keras_tpu_estimator.checkpoints import resolve_checkpoint_path
 from keras_tpu_estimator.inference import model_fn_inference_on_tpu
-from keras_tpu_estimator.legacy import model_fn_scope
+from keras_tpu_estimator.invoke import invoke_model_fn
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.serving import (
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
@@ -49,7 +49,7 @@ from keras_tpu_estimator.serving import (
     build_raw_serving_input_receiver_fn,
     build_raw_supervised_input_receiver_fn,
 )
-from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_spec, function_args
+from keras_tpu_estimator.spec import AnySpec, ModeKeys, ModelFn, check_model_fn
 
 _log = get_logger(__name__)
 SERVE, TPU = tf.saved_model.SERVING, "tpu"
@@ -83,19 +83,20 @@ def _export_outputs(spec: Any) -> dict:
 
 def _call_model_fn(
     model_fn: ModelFn, features: Any, params: dict, config: Any, mode: str = ModeKeys.PREDICT, labels: Any = None
-) -> Any:
-    args = function_args(model_fn)
-    kwargs: dict[str, Any] = {"params": params}
-    for name, value in (("labels", labels), ("mode", mode), ("config", config)):
-        if name in args:
-            kwargs[name] = value
-    with (
-        _compat.keras_layer_variables_named_by_path(),
-        _compat.fresh_keras_auto_names(),
-        model_fn_scope(),
-    ):
-        spec = model_fn(features=features, **kwargs) if "features" in args else model_fn(features, **kwargs)
-    return check_spec(spec, mode, model_fn)
+) -> AnySpec:
+    """`model_fn` called for a serving (or supervised) graph, its Keras layers' variables named by path.
+
+    Labels `model_fn` does not take are refused, as the original's export did
+    (tpu_estimator.py:2026-2030). The Scaffold is not checked: an export
+    restores the checkpoint; the original's ran neither `init_op` nor
+    `init_fn` either (it used the Scaffold's saver and `local_init_op`, which
+    this export ignores).
+    """
+    return invoke_model_fn(
+        model_fn, features, labels, mode, params, config,
+        contexts=(_compat.keras_layer_variables_named_by_path(), _compat.fresh_keras_auto_names()),
+        check_estimator_scaffold=False,
+    )
 
 
 # SavedModel tags and method names of the Estimator's supervised exports.
@@ -265,8 +266,10 @@ def export_saved_model(
         The export directory as `bytes`, as the original returned it.
 
     Raises:
-        TypeError: `export_dir_base` is not a path.
-        ValueError: neither MetaGraph is asked for, or `mode` is unknown.
+        TypeError: `export_dir_base` is not a path, or `model_fn` is not callable.
+        ValueError: neither MetaGraph is asked for, `mode` is unknown,
+            `model_fn` takes no `params`, or the receiver has labels and
+            `model_fn` takes none.
 
     Example:
 
@@ -279,6 +282,7 @@ def export_saved_model(
     """
     returns_bytes = isinstance(_fspath("export_dir_base", export_dir_base), bytes)
     export_dir_base = os.fsdecode(export_dir_base)
+    check_model_fn(model_fn)  # as TPUEstimator's export: `params` is required
     if not (export_to_cpu or export_to_tpu):
         raise ValueError("One of export_to_cpu and export_to_tpu must be true.")
     if mode not in (ModeKeys.PREDICT, ModeKeys.TRAIN, ModeKeys.EVAL):

@@ -42,9 +42,9 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
-from keras_tpu_estimator.legacy import model_fn_scope
+from keras_tpu_estimator.invoke import invoke_model_fn
 from keras_tpu_estimator.serving import ClassificationOutput, PredictOutput, RegressionOutput
-from keras_tpu_estimator.spec import AnySpec, ModeKeys, ModelFn, check_spec, function_args
+from keras_tpu_estimator.spec import AnySpec, ModeKeys, ModelFn
 
 # The key under which a single-tensor `predictions` travels through the TPU call.
 _SINGLE_PREDICTION = "_key_when_predictions_is_a_tensor"
@@ -285,19 +285,6 @@ def _with_tensors(output: Any, tensors: list) -> Any:
     return PredictOutput(dict(zip(output.outputs, tensors, strict=True)))
 
 
-def _call_predict(model_fn: ModelFn, features: Any, labels: Any, config: Any, params: Any) -> AnySpec:
-    """`model_fn` in PREDICT mode, given only the arguments it names (as the Estimator did)."""
-    args = function_args(model_fn)
-    kwargs = {}
-    for name, value in (("labels", labels), ("mode", ModeKeys.PREDICT), ("config", config),
-                        ("params", params)):
-        if name in args:
-            kwargs[name] = value
-    with model_fn_scope():
-        spec = model_fn(features=features, **kwargs) if "features" in args else model_fn(features, **kwargs)
-    return check_spec(spec, ModeKeys.PREDICT, model_fn)
-
-
 class _Outputs:
     """What the TPU computation returns, and how to rebuild the spec from those tensors."""
 
@@ -402,7 +389,10 @@ def model_fn_inference_on_tpu(
         inputs = tf.nest.map_structure(tf.identity, outer_inputs)
 
         def tpu_computation() -> list:
-            spec = _call_predict(model_fn, inputs, labels, config, params)
+            # As the original (tpu_estimator.py:4431-4441): labels only to a model_fn that takes
+            # them, and the Scaffold left to the exporter.
+            spec = invoke_model_fn(model_fn, inputs, labels, ModeKeys.PREDICT, params, config,
+                                   drop_undeclared_labels=True, check_estimator_scaffold=False)
             if spec.export_outputs is not None and not isinstance(spec.export_outputs, Mapping):
                 raise TypeError(f"`export_outputs` must be dict, received: {spec.export_outputs}.")
             predictions = spec.predictions

@@ -1,0 +1,141 @@
+"""Calling a `model_fn`: the one path training, evaluation, prediction and export share.
+
+`invoke_model_fn` gives `model_fn` the arguments it declares (`features` by
+keyword when it names it, else positionally; `labels`, `mode`, `config` and
+`params` when it names them), refuses labels a `model_fn` does not take (as
+the Estimator did), calls it inside `legacy.model_fn_scope()` and the
+caller's own context managers, and checks the spec it returns
+(`spec.check_spec`, and `check_scaffold` on an `EstimatorSpec.scaffold`).
+
+What differs between callers is only what they pass: the model's runner
+(`model_fn.py`) its variable store, optimizer recording, padding mask and
+synchronized gradients as contexts; the exporter (`export.py`) Keras naming
+contexts; `inference.model_fn_inference_on_tpu` nothing, and the two
+behaviours of the original's TPU inference (undeclared labels dropped, the
+Scaffold left to the exporter).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import Any
+
+from keras_tpu_estimator.legacy import model_fn_scope
+from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.spec import AnySpec, EstimatorSpec, ModelFn, check_spec, function_args
+
+_log = get_logger(__name__)
+
+_SCAFFOLD_INITIALIZERS = ("init_op", "init_fn", "local_init_op")
+_SCAFFOLD_UNUSED = ("ready_op", "ready_for_local_init_op", "saver", "summary_op")
+
+
+def check_scaffold(scaffold: Any, where: str) -> None:
+    """Refuses custom Scaffold initialization (skipping it would train other weights); warns on unused parts.
+
+    Variables start from their initializers and `init_from_checkpoint`, then a
+    checkpoint in `model_dir` or warm start; a TF1 session's `init_op` /
+    `init_fn` / `local_init_op` have no session to run in.
+
+    Example:
+
+    ```python
+    check_scaffold(spec.scaffold_fn(), "scaffold_fn")
+    ```
+    """
+    custom = [name for name in _SCAFFOLD_INITIALIZERS if getattr(scaffold, name, None) is not None]
+    if custom:
+        raise NotImplementedError(
+            f"The Scaffold of {where} sets {custom}, a custom TF1 session initialization, which "
+            "keras_tpu_estimator does not run (skipping it would start from other weights). Load "
+            "checkpoints with tf.compat.v1.train.init_from_checkpoint in scaffold_fn, or pass "
+            "warm_start_from; other variables start from their initializers."
+        )
+    unused = [name for name in _SCAFFOLD_UNUSED if getattr(scaffold, name, None) is not None]
+    if unused:
+        _log.warning(
+            "The Scaffold of %s sets %s, which keras_tpu_estimator does not use: checkpoints are "
+            "written by its own saver (RunConfig.keep_checkpoint_max), summaries by host_call, and "
+            "variables are always ready.",
+            where,
+            unused,
+        )
+
+
+def invoke_model_fn(
+    model_fn: ModelFn,
+    features: Any,
+    labels: Any,
+    mode: str,
+    params: Any,
+    config: Any,
+    *,
+    contexts: Iterable[contextlib.AbstractContextManager] = (),
+    drop_undeclared_labels: bool = False,
+    check_estimator_scaffold: bool = True,
+) -> AnySpec:
+    """Calls `model_fn` with the arguments it declares and returns the checked spec.
+
+    `features` goes by keyword when `model_fn` names it, else first; `labels`,
+    `mode`, `config` and `params` only when `model_fn` names them, as the
+    Estimator passed them. `contexts` are entered in order (the first
+    outermost), then `legacy.model_fn_scope()`, around the call alone; all are
+    exited, last first, when `model_fn` raises. Use it while a graph or a
+    `tf.function` is traced.
+
+    Args:
+        model_fn: The user's `model_fn`.
+        features: Passed to `model_fn`.
+        labels: Passed when `model_fn` takes `labels`; `None` when there are none.
+        mode: A `ModeKeys` value; `check_spec` checks the spec for it.
+        params: Passed as is when `model_fn` takes `params` (the caller copies).
+        config: Passed as is when `model_fn` takes `config`.
+        contexts: Context managers (not yet entered) to call `model_fn` in.
+        drop_undeclared_labels: Drop labels `model_fn` does not take instead of
+            raising, as the original's `model_fn_inference_on_tpu` did.
+        check_estimator_scaffold: Run `check_scaffold` on an
+            `EstimatorSpec.scaffold` (off where a serving graph is built).
+
+    Returns:
+        The `TPUEstimatorSpec` or `EstimatorSpec` from `spec.check_spec`.
+
+    Raises:
+        ValueError: labels given to a `model_fn` without a `labels` argument,
+            or a spec `check_spec` refuses.
+        NotImplementedError: the EstimatorSpec's Scaffold sets a custom initialization.
+
+    Example:
+
+    ```python
+    with tf.Graph().as_default():
+        spec = invoke_model_fn(model_fn, features, labels, ModeKeys.TRAIN,
+                               params={"batch_size": 8}, config=RunConfig(),
+                               contexts=[legacy_layers()])
+    ```
+    """
+    args = function_args(model_fn)
+    if labels is not None and "labels" not in args and not drop_undeclared_labels:
+        raise ValueError(
+            "model_fn does not take labels, but input_fn returns labels. Add a "
+            "`labels` argument to model_fn, or return only features from input_fn."
+        )
+    kwargs: dict[str, Any] = {}
+    for name, value in (("labels", labels), ("mode", mode), ("config", config), ("params", params)):
+        if name in args:
+            kwargs[name] = value
+    with contextlib.ExitStack() as stack:
+        for context in contexts:
+            stack.enter_context(context)
+        stack.enter_context(model_fn_scope())
+        if "features" in args:
+            spec = model_fn(features=features, **kwargs)
+        else:
+            spec = model_fn(features, **kwargs)
+    spec = check_spec(spec, mode, model_fn)
+    if check_estimator_scaffold and isinstance(spec, EstimatorSpec) and spec.scaffold is not None:
+        check_scaffold(spec.scaffold, "the EstimatorSpec")
+    return spec
+
+
+__all__ = ["check_scaffold", "invoke_model_fn"]
