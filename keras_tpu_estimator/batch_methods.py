@@ -61,11 +61,11 @@ class SingleBatchMethods:
         """
         refuse_keras_arguments("train_on_batch", sample_weight=sample_weight, class_weight=class_weight)
         dataset = self._runner.distribute_input(_one_batch("train_on_batch", x, y), ModeKeys.TRAIN)
-        steps, loss_sum, weight_sum, _, _ = self._run_execution(
-            ModeKeys.TRAIN, self.make_train_function(), iter(dataset), 1
-        )
+        result, scalars = self._driver.run_one(ModeKeys.TRAIN, self.make_train_function(), iter(dataset), 1)
+        self._driver.forget_iterator()
         self._runner.host.finish(ModeKeys.TRAIN)
-        loss = loss_sum / max(weight_sum, 1e-12)
+        self._driver.check_variables(result, scalars)
+        loss = scalars[1] / max(scalars[2], 1e-12)
         if not math.isfinite(loss):
             raise NanLossError(
                 f"NaN loss during training. The training loss became {loss} in train_on_batch "

@@ -5,9 +5,9 @@ summary, step-counter and logging hooks; each acts only at execution
 boundaries and reads the true global step from the model.
 
 `StopAtStep` is `_TPUStopAtStepHook`: it ends training at an exact global
-step. It does so through the model's public `stop_at_step` attribute, which
-`EstimatorModel` reads before every execution to size it as
-`min(steps_per_execution, stop_at_step - global_step)`.
+step. It declares the step as its `stop_step`, a bound the model's
+`ExecutionDriver` reads before every execution to size it as
+`min(steps_per_execution, stop_step - global_step)`.
 
 Under a multi-worker strategy only the chief writes into `model_dir`; the
 other workers write the same files into a temporary directory, removed at
@@ -70,8 +70,8 @@ class StopAtStep(keras.callbacks.Callback):
     model.global_step                                          # 10
     ```
 
-    Note: the model must expose `global_step` and `stop_at_step`, as
-    `EstimatorModel` does.
+    Note: the model must expose `global_step` and honour the `stop_step`
+    bound, as `EstimatorModel` does.
     """
 
     def __init__(self, steps: int | None = None, max_steps: int | None = None):
@@ -89,19 +89,20 @@ class StopAtStep(keras.callbacks.Callback):
         self.max_steps = max_steps
         self.final_step: int | None = None
 
+    @property
+    def stop_step(self) -> int | None:
+        """The global step training stops at, set when `fit` begins (a bound the driver reads)."""
+        return self.final_step
+
     def on_train_begin(self, logs: dict | None = None) -> None:
         start = self.model.global_step
         self.final_step = self.max_steps if self.max_steps is not None else start + self.steps
-        self.model.stop_at_step = self.final_step
         if start >= self.final_step:
             self.model.stop_training = True
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self.model.global_step >= self.final_step:
             self.model.stop_training = True
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        self.model.stop_at_step = None
 
 
 class CheckpointSaver(keras.callbacks.Callback):

@@ -359,8 +359,8 @@ class KerasMethods:
         ```
         """
         super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
-        if self._stats.step_during_fit is not None:  # loaded inside fit (a callback)
-            self._stats.step_during_fit = int(self.global_step_variable.numpy())
+        if self._driver.cached_global_step is not None:  # loaded inside fit (a callback)
+            self._driver.cached_global_step = int(self.global_step_variable.numpy())
 
     # ----------------------------------------------------------------- saving
     def save(self, filepath: str | os.PathLike, overwrite: bool = True, zipped: bool | None = None, **kwargs: Any) -> None:
@@ -483,10 +483,10 @@ class KerasMethods:
             if isinstance(input_signature, (list, tuple)) and len(input_signature) == 1:
                 return input_signature[0]
             return input_signature
-        specs = self._runner.element_specs
         for mode in (ModeKeys.PREDICT, ModeKeys.TRAIN, ModeKeys.EVAL):
-            if mode in specs:
-                return unpack(specs[mode])[0]
+            record = self._runner.modes.get(mode)
+            if record is not None and record.element_spec is not None:
+                return unpack(record.element_spec)[0]
         raise ValueError(
             "export() cannot tell the serving inputs: nothing is built yet. Call "
             "fit/evaluate/predict or trace first, or pass `serving_input_receiver_fn=` "

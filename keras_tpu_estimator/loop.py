@@ -22,7 +22,6 @@ is pruned inside the TPU computation; under other strategies the whole
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -41,77 +40,41 @@ further entries (the Keras optimizer's `gradients`) and return the rest.
 
 
 class ExecutionResult(NamedTuple):
-    """What one execution returns.
+    """What one execution returns: its scalars in one vector (one host fetch), and its tensors.
 
     Attributes:
-        steps: Steps actually run (fewer than asked when the input ended).
-        loss_sum: Sum over steps of each step's loss: the mean over replicas
-            of their losses, weighted by their real rows (`weight`).
-        weight_sum: The number of steps with a real row; `loss_sum /
-            weight_sum` is the mean of the steps' losses, as TPUEstimator's
-            `evaluate` reported it.
+        scalars: float64 vector `[steps, loss_sum, weight_sum, last_loss,
+            empty_replica, *read_after scalars]`:
+            - steps: steps actually run (fewer than asked when the input ended);
+            - loss_sum: sum over steps of each step's loss, the mean over
+              replicas of their losses weighted by their real rows (`weight`);
+            - weight_sum: the number of steps with a real row; `loss_sum /
+              weight_sum` is the mean of the steps' losses, as TPUEstimator's
+              `evaluate` reported it;
+            - last_loss: the loss of the last counted step (what a
+              TPUEstimator training loop returned to its hooks);
+            - empty_replica: 1 when the execution stopped before a batch
+              that would leave a replica with no rows (see `require_rows`).
         outputs: Per-step outputs concatenated over replicas and steps
             (`[steps * global_batch, ...]`), or `None`.
         host: Per-step host tensors concatenated over replicas and stacked
             over steps (`[steps, global_batch, ...]`), or `None`.
-        after: What `read_after()` returned at the end of the execution
-            (the global step, read in the same call), or `None`.
-        last_loss: The loss of the execution's last counted step (what a
-            TPUEstimator training loop returned to its hooks).
-        empty_replica: True when the execution stopped before a batch that
-            would leave a replica with no rows (see `require_rows`).
+        after: The non-scalar part of what `read_after()` returned, or `None`.
     """
 
-    steps: Any
-    loss_sum: Any
-    weight_sum: Any
+    scalars: Any
     outputs: Any
     host: Any = None
     after: Any = None
-    last_loss: Any = None
-    empty_replica: Any = None
+
+    @property
+    def steps(self) -> tf.Tensor:
+        """The number of steps run, as a tensor."""
+        return tf.cast(self.scalars[0], tf.int64)
 
 
-@dataclasses.dataclass
-class ExecutionStats:
-    """What the host knows after the last execution; a plain object, updated in place.
-
-    Kept off the Keras model's own attributes, whose every assignment goes
-    through Keras' tracking (about 15 us each, paid per execution).
-
-    Attributes:
-        step_during_fit: The global step read at the end of the last training
-            execution while `fit` runs (None outside `fit`: read the variable).
-        seconds_per_step: Wall time per step of the last execution.
-        last_execution_loss: Mean loss of the last execution's steps.
-        last_step_loss: Loss of its last counted step.
-        last_execution_finite: Its loss and trainable variables were finite.
-        concrete: `(loop function, iterator, concrete function)` of the last call.
-        step_counts: `{n: int32 scalar tensor}` for the execution sizes used.
-    """
-
-    step_during_fit: int | None = None
-    seconds_per_step: float | None = None
-    last_execution_loss: float | None = None
-    last_step_loss: float | None = None
-    last_execution_finite: bool = True
-    concrete: tuple | None = None
-    step_counts: dict = dataclasses.field(default_factory=dict)
-
-    def call(self, function: Callable, iterator: Any, size: int) -> Any:
-        """`function(iterator, size)` through its concrete function, cached per iterator.
-
-        Skips the polymorphic function's argument hashing and trace-cache
-        lookup on every execution (a quarter of a one-step execution's host
-        time on a small model).
-        """
-        if self.concrete is None or self.concrete[0] is not function or self.concrete[1] is not iterator:
-            concrete = function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))
-            self.concrete = (function, iterator, concrete)
-        count = self.step_counts.get(size)
-        if count is None:
-            count = self.step_counts[size] = tf.constant(size, tf.int32)
-        return self.concrete[2](iterator, count)
+SCALARS = ("steps", "loss_sum", "weight_sum", "last_loss", "empty_replica")
+"""The names of `ExecutionResult.scalars`' leading entries, in order."""
 
 
 def _concat_replicas(strategy: tf.distribute.Strategy, value: Any) -> tf.Tensor:
@@ -133,7 +96,7 @@ def make_loop_function(
     around_run: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     output_spec: Any = None,
     host_spec: Any = None,
-    read_after: Callable[[], tf.Tensor] | None = None,
+    read_after: Callable[[], tuple[list, Any]] | None = None,
     replica_tail: Callable[[dict], dict] | None = None,
     require_rows: bool = False,
 ) -> Callable[[Any, tf.Tensor], ExecutionResult]:
@@ -148,8 +111,10 @@ def make_loop_function(
             `replica_step(...)["outputs"]`, or `None` to collect nothing.
         host_spec: List of per-replica `tf.TensorSpec`s of
             `replica_step(...)["host"]`, kept step by step for the host, or `None`.
-        read_after: Called after the last step, in the same function; its
-            value comes back as `ExecutionResult.after` (saves a separate read).
+        read_after: Called after the last step, in the same function; returns
+            `(scalars, rest)`: the scalars are appended to
+            `ExecutionResult.scalars` (one fetch for all), `rest` comes back as
+            `ExecutionResult.after`.
         replica_tail: Runs in replica context on what `replica_step`
             returned, after it and without pruning (every op it makes runs);
             returns the step's result. For work that must always run, such
@@ -281,10 +246,13 @@ def make_loop_function(
             host = tf.nest.map_structure(
                 lambda array, spec: gathered(array, spec, True), arrays[1], host_spec
             )
+        scalars = [steps, loss_sum, weight_sum, last_loss, empty_replica]
         after = None
         if read_after is not None:
             with tf.control_dependencies([steps]):
-                after = read_after()
-        return ExecutionResult(steps, loss_sum, weight_sum, outputs, host, after, last_loss, empty_replica)
+                extra, after = read_after()
+            scalars += extra
+        packed = tf.stack([tf.cast(value, tf.float64) for value in scalars])
+        return ExecutionResult(packed, outputs, host, after)
 
     return loop

@@ -24,12 +24,12 @@ import tensorflow as tf
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.batch_methods import SingleBatchMethods
 from keras_tpu_estimator.config import RunConfig, check_supported
+from keras_tpu_estimator.driver import ExecutionDriver, checked_variables
 from keras_tpu_estimator.keras_methods import KerasMethods
 from keras_tpu_estimator.legacy import per_replica_collections
 from keras_tpu_estimator.logs import get_logger
-from keras_tpu_estimator.loop import ExecutionStats, make_loop_function
+from keras_tpu_estimator.loop import make_loop_function
 from keras_tpu_estimator.model_fn import ModelFnRunner
-from keras_tpu_estimator.nan_errors import NonFiniteVariableError
 from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_model_fn
 from keras_tpu_estimator.strategy import num_workers, resolve_strategy
 from keras_tpu_estimator.trainer import EstimatorTrainer
@@ -136,9 +136,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             ModeKeys.PREDICT: predict_batch_size,
         }
         self._runner = ModelFnRunner(self, model_fn, params, config, strategy, use_tpu, batch_sizes)
-        self.stop_at_step: int | None = None
-        self._stats = ExecutionStats()  # what the last execution left
-        self.steps_per_hook_run: int | None = None  # set by SessionRunHookCallback
+        self._driver = ExecutionDriver(self, self._runner.host)
         self.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
 
     # ----------------------------------------------------------------- basics
@@ -165,9 +163,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         variable changes only inside executions), which saves a device read per
         callback.
         """
-        if self._stats.step_during_fit is not None:
-            return self._stats.step_during_fit
-        return int(self._runner.store.global_step.numpy())
+        return self._driver.global_step()
 
     @property
     def global_step_variable(self) -> keras.Variable:
@@ -181,7 +177,8 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
 
     def loss_op_name(self, mode: str) -> str | None:
         """The op name `model_fn` gave its loss in `mode` (what TF1 hooks fetch by name)."""
-        return self._runner.loss_names.get(mode)
+        record = self._runner.modes.get(mode)
+        return record.loss_name if record else None
 
     @property
     def runs_on_strategy_path(self) -> bool:
@@ -212,7 +209,8 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
     @property
     def global_batch_size(self) -> int | None:
         """The global training batch size, once known."""
-        return self._runner.global_batch.get(ModeKeys.TRAIN) or self._runner.batch_sizes[ModeKeys.TRAIN]
+        record = self._runner.modes.get(ModeKeys.TRAIN)
+        return (record and record.batch.global_size) or self._runner.configured[ModeKeys.TRAIN].global_size
 
     def release_host(self) -> None:
         """Ends the host thread and closes the host functions' sessions.
@@ -258,15 +256,12 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             with self.distribute_strategy.scope():
                 optimizer = keras.optimizers.get(optimizer)
         super().compile(optimizer=optimizer, steps_per_execution=1, jit_compile=False)
-        if optimizer is None and ModeKeys.TRAIN in self._runner.output_specs and not self._runner.uses_keras_optimizer:
+        if optimizer is None and self._runner.built(ModeKeys.TRAIN) and not self._runner.uses_keras_optimizer:
             self.optimizer = self._runner.train_op_optimizer()  # what model_fn's train_op uses
         loop = steps_per_execution or self.config.tpu_config.iterations_per_loop
-        self._iterations_per_loop = (
-            self.config.tpu_config.replace(iterations_per_loop=loop).parsed_iterations_per_loop
-        )
-        self.steps_per_execution = (
-            self._iterations_per_loop.value if self._iterations_per_loop.unit == "count" else 1
-        )
+        parsed = self.config.tpu_config.replace(iterations_per_loop=loop).parsed_iterations_per_loop
+        self._driver.iterations_per_loop = parsed  # the only place executions are sized from
+        self.steps_per_execution = parsed.value if parsed.unit == "count" else 1
         self.train_function = self.test_function = self.predict_function = None
 
     def _make_function(self, mode: str) -> Callable:
@@ -286,8 +281,8 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             strategy,
             step,
             around_run=around_run,
-            output_spec=self._runner.output_specs.get(mode),
-            host_spec=self._runner.host_specs.get(mode),
+            output_spec=self._runner.modes[mode].output_spec,
+            host_spec=self._runner.modes[mode].host_spec,
             read_after=self._after_train_execution if mode == ModeKeys.TRAIN else None,
             replica_tail=(
                 self._runner.apply_keras_optimizer
@@ -301,41 +296,12 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             ),
         )
 
-    def _after_train_execution(self) -> tuple:
-        """Read inside the train function: the global step, and which trainable variables are finite."""
+    def _after_train_execution(self) -> tuple[list, tf.Tensor]:
+        """Read inside the train function: `([global step, all finite], finite per variable)`."""
         step = self._runner.store.global_step.value.read_value()
-        checked = [v.value for v in self._finite_checked_variables()]
+        checked = [v.value for v in checked_variables(self.trainable_variables)]
         finite = tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in checked] or [tf.constant(True)])
-        return step, tf.reduce_all(finite), finite
-
-    def _finite_checked_variables(self) -> list:
-        """The trainable floating-point variables, in the order of the finiteness flags."""
-        return [v for v in self.trainable_variables if v.value.dtype.is_floating]
-
-    def _check_variables_finite(self, finite: Any, raise_error: bool = True) -> None:
-        """Raises `NonFiniteVariableError` naming the first trainable variable with NaN or Inf.
-
-        With `raise_error=False` (a `TerminateOnNaN` callback decides), logs it
-        and stops training instead, as `TerminateOnNaN` stops on a NaN loss.
-        """
-        names = {id(v): name for name, v in self._runner.store.variables_by_name.items()}
-        checked = self._finite_checked_variables()
-        bad = [names.get(id(v), v.path) for v, ok in zip(checked, finite.numpy(), strict=False) if not ok]
-        if not raise_error:
-            _log.warning(
-                "Trainable variable '%s' holds NaN or Inf after the execution ending at global "
-                "step %d (%d bad in all); stopping training (TerminateOnNaN).",
-                bad[0], self.global_step, len(bad),
-            )
-            self.stop_training = True
-            return
-        raise NonFiniteVariableError(
-            f"Gradient for {bad[0]} is NaN: trainable variable '{bad[0]}' holds NaN or Inf after the "
-            "execution ending at global "
-            f"step {self.global_step} ({len(bad)} bad in all: {bad[:5]}). Training stopped "
-            "before any callback ran, so no checkpoint holds these weights. Check the input "
-            "for NaN/Inf, lower the learning rate, or clip gradients."
-        )
+        return [step, tf.reduce_all(finite)], finite
 
     def make_train_function(self, force: bool = False) -> Callable:
         """The cached training loop `(iterator, num_steps) -> ExecutionResult`."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from typing import Any
 
 import keras
@@ -34,6 +35,7 @@ from keras_tpu_estimator._compat.keras_state import (
     optimizer_update_op,
     recording_keras_optimizers,
 )
+from keras_tpu_estimator.batch_plan import BatchPlan
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.cross_replica import synchronized_gradients
@@ -46,60 +48,46 @@ from keras_tpu_estimator.inputs import (
     placeholders,
     static_batch_size,
 )
-from keras_tpu_estimator.legacy import model_fn_scope, summary_names
+from keras_tpu_estimator.invoke import check_scaffold, invoke_model_fn
+from keras_tpu_estimator.legacy import summary_names
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.metric_ops import EvalMetricOps
 from keras_tpu_estimator.optimizer_view import train_op_optimizer
 from keras_tpu_estimator.padding import mask_scope, pad_batches, prediction_spec, unpack
 from keras_tpu_estimator.spec import (
-    EstimatorSpec,
     ModeKeys,
     ModelFn,
     TPUEstimatorSpec,
     check_model_fn,
     check_params,
-    check_spec,
-    function_args,
 )
-from keras_tpu_estimator.strategy import TPUContext, num_workers, per_replica_batch_size
+from keras_tpu_estimator.strategy import TPUContext, num_workers
 from keras_tpu_estimator.variables import VariableStore
 
 _log = get_logger(__name__)
-BATCH_ARG = {
-    ModeKeys.TRAIN: "train_batch_size",
-    ModeKeys.EVAL: "eval_batch_size",
-    ModeKeys.PREDICT: "predict_batch_size",
-}
 
 
-_SCAFFOLD_INITIALIZERS = ("init_op", "init_fn", "local_init_op")
-_SCAFFOLD_UNUSED = ("ready_op", "ready_for_local_init_op", "saver", "summary_op")
+@dataclasses.dataclass
+class ModeRecord:
+    """What the runner knows of one mode: the current call's batch and input, and its build.
 
-
-def check_scaffold(scaffold: Any, where: str) -> None:
-    """Refuses custom Scaffold initialization (skipping it would train other weights); warns on unused parts.
-
-    Variables start from their initializers and `init_from_checkpoint`, then a
-    checkpoint in `model_dir` or warm start; a TF1 session's `init_op` /
-    `init_fn` / `local_init_op` have no session to run in.
+    Attributes:
+        batch: The `BatchPlan` of the current (or last) call.
+        element_spec: The per-replica element spec of that call's input.
+        built: Whether `model_fn` has been traced in this mode.
+        output_spec: What each step returns to the caller (PREDICT: predictions and mask).
+        hooks: The spec's `training_hooks` / `evaluation_hooks` / `prediction_hooks`.
+        loss_name: The op name `model_fn` gave its loss (what TF1 hooks fetch).
+        host_spec: Per-replica specs of what each step sends to the host, or None.
     """
-    custom = [name for name in _SCAFFOLD_INITIALIZERS if getattr(scaffold, name, None) is not None]
-    if custom:
-        raise NotImplementedError(
-            f"The Scaffold of {where} sets {custom}, a custom TF1 session initialization, which "
-            "keras_tpu_estimator does not run (skipping it would start from other weights). Load "
-            "checkpoints with tf.compat.v1.train.init_from_checkpoint in scaffold_fn, or pass "
-            "warm_start_from; other variables start from their initializers."
-        )
-    unused = [name for name in _SCAFFOLD_UNUSED if getattr(scaffold, name, None) is not None]
-    if unused:
-        _log.warning(
-            "The Scaffold of %s sets %s, which keras_tpu_estimator does not use: checkpoints are "
-            "written by its own saver (RunConfig.keep_checkpoint_max), summaries by host_call, and "
-            "variables are always ready.",
-            where,
-            unused,
-        )
+
+    batch: BatchPlan
+    element_spec: Any = None
+    built: bool = False
+    output_spec: Any = None
+    hooks: list = dataclasses.field(default_factory=list)
+    loss_name: str | None = None
+    host_spec: Any = None
 
 
 class ModelFnRunner:
@@ -140,23 +128,16 @@ class ModelFnRunner:
         self.config = config
         self.strategy = strategy
         self.use_tpu = bool(use_tpu)
-        self.batch_sizes = dict(batch_sizes)
+        # The configured batches, checked here; a call's own batch gets its plan when it runs.
+        self.configured = {mode: BatchPlan(mode, size) for mode, size in batch_sizes.items()}
         self.num_replicas = strategy.num_replicas_in_sync if use_tpu else 1
         # Replicas whose values this process sees (all but under a multi-worker strategy).
         self.local_replicas = self.num_replicas // num_workers(strategy) if use_tpu else 1
-        for mode, size in self.batch_sizes.items():
-            if size is not None:  # divisibility by the replicas is checked when the mode runs
-                per_replica_batch_size(size, 1, BATCH_ARG[mode])
         self.store = VariableStore(owner, strategy)
         # The original's CPU path (use_tpu=False) called host_call at every step.
         every_n = config.tpu_config.experimental_host_call_every_n_steps if self.use_tpu else 1
         self.host = HostRunner(every_n)
-        self.global_batch: dict = {}
-        self.output_specs: dict = {}
-        self.spec_hooks: dict = {}
-        self.loss_names: dict = {}  # mode -> op name of the spec's loss in the build trace
-        self.host_specs: dict = {}
-        self.element_specs: dict = {}
+        self.modes: dict[str, ModeRecord] = {}
         self.uses_keras_optimizer = False
         self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
         self.metric_ops = EvalMetricOps(None, use_tpu, None)
@@ -164,9 +145,10 @@ class ModelFnRunner:
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""
         params = copy.deepcopy(self.params)
-        global_batch = self.global_batch.get(mode)
+        record = self.modes.get(mode)
+        global_batch = record.batch.global_size if record else None
         if global_batch is not None:
-            params["batch_size"] = global_batch // self.num_replicas
+            params["batch_size"] = record.batch.per_replica
         if not for_input_fn:  # as the original: only model_fn is told
             params["use_tpu"] = self.use_tpu
         if self.use_tpu:
@@ -181,37 +163,21 @@ class ModelFnRunner:
         Returns the checked spec. Use it inside a trace (a `tf.function` or a
         build graph); it is how every step of this model calls `model_fn`.
         """
-        model_fn = self.model_fn
-        args = function_args(model_fn)
-        if labels is not None and "labels" not in args:
-            raise ValueError(
-                "model_fn does not take labels, but input_fn returns labels. Add a "
-                "`labels` argument to model_fn, or return only features from input_fn."
-            )
-        kwargs: dict[str, Any] = {"params": self.params_for(mode)}
-        for name, value in (("labels", labels), ("mode", mode), ("config", self.config)):
-            if name in args:
-                kwargs[name] = value
-        with (
-            self.store.scope(),
-            recording_keras_optimizers(self.keras_optimizers),
-            mask_scope(mask),
-            model_fn_scope(),
-            synchronized_gradients(),
-        ):
-            if "features" in args:
-                spec = model_fn(features=features, **kwargs)
-            else:
-                spec = model_fn(features, **kwargs)
-        spec = check_spec(spec, mode, model_fn)
-        if isinstance(spec, EstimatorSpec) and spec.scaffold is not None:
-            check_scaffold(spec.scaffold, "the EstimatorSpec")
-        return spec
+        return invoke_model_fn(
+            self.model_fn, features, labels, mode, self.params_for(mode), self.config,
+            contexts=(
+                self.store.scope(),
+                recording_keras_optimizers(self.keras_optimizers),
+                mask_scope(mask),
+                synchronized_gradients(),
+            ),
+        )
 
     def build(self, mode: str, element_spec: Any) -> None:
         """Traces `model_fn` once in `mode` in a throw-away graph, creating its variables."""
-        self.element_specs[mode] = element_spec
-        if mode in self.output_specs:
+        record = self.modes[mode]
+        record.element_spec = element_spec
+        if record.built:
             return
         features_spec, labels_spec, mask_spec = unpack(element_spec)
         if _compat.is_tpu_strategy(self.strategy):
@@ -261,11 +227,11 @@ class ModelFnRunner:
         # Unpadded EVAL batches (the CPU path) reach the host padded to the batch
         # size with a mask, so every step's host tensors stack (`_host_values`).
         unpadded_eval = mode == ModeKeys.EVAL and mask_spec is None
-        rows = self.global_batch[mode] if unpadded_eval else None
-        self.host_specs[mode] = self.host.record(
+        rows = record.batch.global_size if unpadded_eval else None
+        record.host_spec = self.host.record(
             mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded_eval, rows=rows
         )
-        if unpadded_eval and rows is None and self.host_specs[mode] is not None:
+        if unpadded_eval and rows is None and record.host_spec is not None:
             raise ValueError(
                 "eval_metrics and host_call need a known batch size: the dataset's batch "
                 "size is not static. Pass `batch_size` (or `eval_batch_size`)."
@@ -275,8 +241,8 @@ class ModelFnRunner:
             ModeKeys.EVAL: "evaluation_hooks",
             ModeKeys.PREDICT: "prediction_hooks",
         }[mode]
-        self.spec_hooks[mode] = list(getattr(spec, hooks))
-        self.loss_names[mode] = getattr(spec.loss, "op", None) and spec.loss.op.name
+        record.hooks = list(getattr(spec, hooks))
+        record.loss_name = getattr(spec.loss, "op", None) and spec.loss.op.name
         # TF1 ran init_from_checkpoint as the variables' initializers: once, when
         # they are created (a restore from model_dir comes later and wins).
         variables = self.store.variables_by_name
@@ -299,7 +265,8 @@ class ModelFnRunner:
                 self._owner.optimizer = self.train_op_optimizer()
         if mode == ModeKeys.EVAL:
             self.metric_ops = EvalMetricOps(spec, self.use_tpu, self._metric_values_spec)
-        self.output_specs[mode] = output_spec
+        record.output_spec = output_spec
+        record.built = True
         self._owner.built = True
 
     def train_op_optimizer(self) -> Any:
@@ -308,7 +275,7 @@ class ModelFnRunner:
 
     def _metric_values_spec(self) -> Any:
         """`model_fn(EVAL)`'s spec on a batch of zeros (for reading metric values)."""
-        features_spec, labels_spec, mask_spec = unpack(self.element_specs[ModeKeys.EVAL])
+        features_spec, labels_spec, mask_spec = unpack(self.modes[ModeKeys.EVAL].element_spec)
 
         def zeros(spec: Any) -> Any:
             return tf.nest.map_structure(
@@ -325,7 +292,7 @@ class ModelFnRunner:
         return tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
 
     def _host_values(self, mode: str, spec: Any, mask: Any, features: Any = None) -> list:
-        specs = self.host_specs.get(mode)
+        specs = self.modes[mode].host_spec
         if specs is None:
             return []
         tensors = HostRunner.tensors(spec, mode)
@@ -349,7 +316,7 @@ class ModelFnRunner:
         return tf.nest.map_structure(
             lambda tensor, spec: tf.ensure_shape(tensor, spec.shape),
             data,
-            self.element_specs[mode],
+            self.modes[mode].element_spec,
         )
 
     def train_step(self, data: Any) -> dict:
@@ -426,7 +393,22 @@ class ModelFnRunner:
             "host": self._host_values(ModeKeys.PREDICT, spec, mask),
         }
 
+    def built(self, mode: str) -> bool:
+        """Whether `model_fn` has been traced in `mode`."""
+        record = self.modes.get(mode)
+        return record is not None and record.built
+
     # ---------------------------------------------------------------- input
+    def _set_batch(self, mode: str, global_batch: int | None) -> BatchPlan:
+        """This call's `BatchPlan` of `mode` (checked against the replicas), kept in its record."""
+        plan = BatchPlan(mode, global_batch, self.num_replicas)
+        record = self.modes.get(mode)
+        if record is None:
+            self.modes[mode] = ModeRecord(plan)
+        else:
+            record.batch = plan
+        return plan
+
     def distribute_input(
         self, x: Any, mode: str, batch_size: int | None = None, shuffle: bool = False
     ) -> Any:
@@ -450,7 +432,7 @@ class ModelFnRunner:
         # eval_metric_ops see exactly those. PREDICT pads on both paths.
         partial = mode != ModeKeys.TRAIN
         pad = mode == ModeKeys.PREDICT or (partial and self.use_tpu)
-        global_batch = batch_size or self.batch_sizes[mode]
+        global_batch = batch_size or self.configured[mode].global_size
         flat = [] if isinstance(x, tf.data.Dataset) or callable(x) else tf.nest.flatten(x)
         if flat and all(isinstance(a, np.ndarray | tf.Tensor) for a in flat):
             global_batch = global_batch or 32  # Keras' default
@@ -464,12 +446,11 @@ class ModelFnRunner:
             if global_batch is None and not (partial and not pad):
                 raise ValueError(
                     f"The dataset's batch size is not static. Batch it with "
-                    f"`drop_remainder=True`, or pass `{BATCH_ARG[mode]}`."
+                    f"`drop_remainder=True`, or pass `{self.configured[mode].argument}`."
                 )
             if global_batch is not None:
                 check_batch_rows(static, global_batch, partial, "The dataset")
-                per_replica_batch_size(global_batch, self.num_replicas, BATCH_ARG[mode])
-            self.global_batch[mode] = global_batch
+            self._set_batch(mode, global_batch)
             if pad:
                 x = pad_batches(x, global_batch)
             self.build(mode, per_replica_spec(x.element_spec, self.num_replicas))
@@ -483,22 +464,18 @@ class ModelFnRunner:
             )
         if global_batch is None:
             raise ValueError(
-                f"`{BATCH_ARG[mode]}` is needed to call an input_fn: it sets "
+                f"`{self.configured[mode].argument}` is needed to call an input_fn: it sets "
                 f"params['batch_size']. Pass it to EstimatorModel."
             )
-        per_replica = per_replica_batch_size(global_batch, self.num_replicas, BATCH_ARG[mode])
-        self.global_batch[mode] = global_batch
+        plan = self._set_batch(mode, global_batch)
         specs = []
 
         def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
             params = self.params_for(mode, input_context, for_input_fn=True)
             dataset = call_input_fn(x, mode, params, self.config, input_context, self.use_tpu)
-            check_batch_rows(static_batch_size(dataset.element_spec), per_replica, partial, "input_fn")
+            check_batch_rows(static_batch_size(dataset.element_spec), plan.per_replica, partial, "input_fn")
             if pad:
-                replicas = 1
-                if input_context is not None:
-                    replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
-                dataset = pad_batches(dataset, per_replica, replicas)
+                dataset = pad_batches(dataset, plan.per_replica, plan.replicas_per_pipeline(input_context))
             specs.append(dataset.element_spec)
             return dataset
 

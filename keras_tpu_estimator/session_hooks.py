@@ -209,17 +209,17 @@ class SessionRunHookCallback(keras.callbacks.Callback):
         self._args: Any = None
         self._context: Any = None
         self._snapshot: dict = {}
+        self.stop_step: int | None = None  # bounds the driver reads: a StopAtStepHook's step,
+        self.max_steps_per_execution: int | None = None  # and one step per run on the CPU path
 
     # ---------------------------------------------------------------- life
     def _begin(self, kind: str) -> None:
         mode = _MODES[kind]
         self._session = hook_session(self.model, mode)
         if not self.model.runs_on_strategy_path:
-            self.model.steps_per_hook_run = 1  # the original's CPU path: a hook run per step
-        stop_step = _compat.stop_at_step_hook_target(self.hook, self.model.global_step) if kind == "train" else None
-        if stop_step is not None:
-            current = self.model.stop_at_step
-            self.model.stop_at_step = stop_step if current is None else min(current, stop_step)
+            self.max_steps_per_execution = 1  # the original's CPU path: a hook run per step
+        if kind == "train":
+            self.stop_step = _compat.stop_at_step_hook_target(self.hook, self.model.global_step)
         with self._session.graph.as_default():
             self.hook.__dict__.update(_rebind(dict(self.hook.__dict__), self._session.graph, set()))
             try:
@@ -256,7 +256,7 @@ class SessionRunHookCallback(keras.callbacks.Callback):
             return
         self.hook.end(self._session)
         self._session.close()
-        self.model.steps_per_hook_run = None
+        self.stop_step = self.max_steps_per_execution = None
 
     # ---------------------------------------------------------------- Keras
     def on_train_begin(self, logs: dict | None = None) -> None:

@@ -1,23 +1,16 @@
 """`EstimatorTrainer`: `fit`, `evaluate` and `predict` of `EstimatorModel`.
 
-The host-side driver, kept apart from the model as Keras 3 keeps `Trainer`
-apart from `Model`: it sizes executions, runs them through the model's loop
-functions, feeds Keras' `CallbackList` (history, progress bar, any stock
-callback), and stops cleanly on a NaN, a signal or the end of the input.
-It uses the model's runner, loop functions and global step; it owns no state
-of its own beyond one `fit` call.
-
-Exact executions: each runs
-`min(steps_per_execution, steps left in the epoch, stop_at_step - global_step)`
-steps; the count is a tensor, so the tail does not retrace.
+The Keras half of the host side, kept apart from the model as Keras 3 keeps
+`Trainer` apart from `Model`: it turns the arguments into a distributed
+input, a loop function and a Keras `CallbackList` (history, progress bar,
+any stock callback), and reads what the model's `ExecutionDriver` (sizing,
+running, NaN checks, stop bounds, host submission, paired batch callbacks)
+yields: epoch logs, metrics, predictions. It owns no state beyond one call.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import signal
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,12 +21,10 @@ import tensorflow as tf
 from keras_tpu_estimator._compat.keras_state import take_resumed_epoch
 from keras_tpu_estimator.inputs import keras_input, refuse_keras_arguments
 from keras_tpu_estimator.logs import get_logger
-from keras_tpu_estimator.nan_errors import NanLossError
 from keras_tpu_estimator.optimizer_view import check_learning_rate_callbacks
 from keras_tpu_estimator.preemption import StopRequests
 from keras_tpu_estimator.session_hooks import as_callback
 from keras_tpu_estimator.spec import InputFn, ModeKeys
-from keras_tpu_estimator.strategy import any_worker
 
 _log = get_logger(__name__)
 
@@ -66,97 +57,17 @@ class EstimatorTrainer:
     @property
     def last_execution_loss(self) -> float | None:
         """The mean loss of the last execution's steps."""
-        return self._stats.last_execution_loss
+        return self._driver.last_execution_loss
 
     @property
     def last_step_loss(self) -> float | None:
         """The loss of the last execution's last step (what a TPUEstimator loop gave its hooks)."""
-        return self._stats.last_step_loss
+        return self._driver.last_step_loss
 
     @property
     def last_execution_finite(self) -> bool:
         """Whether the last training execution's loss and trainable variables were finite."""
-        return self._stats.last_execution_finite
-
-    def _execution_size(self, limit: int | None, training: bool = True) -> int:
-        loop = self._iterations_per_loop
-        if loop.unit == "count":
-            size = loop.value
-        elif self._stats.seconds_per_step is None:
-            size = 1
-        else:
-            size = max(1, int(loop.value / max(self._stats.seconds_per_step, 1e-9)))
-        if limit is not None:
-            size = min(size, limit)
-        if training and self.stop_at_step is not None:
-            size = min(size, self.stop_at_step - self.global_step)
-        if self.steps_per_hook_run is not None:  # session hooks on the CPU path: one step per run
-            size = min(size, self.steps_per_hook_run)
-        return size
-
-    def _executions(
-        self, mode: str, function: Callable, iterator: Any, steps: int | None, callbacks: Any
-    ) -> Iterator[tuple[int, int, float, float, Any]]:
-        """Runs executions until `steps` steps, the end of the input or a stop request.
-
-        Calls `callbacks.on_{test,predict}_batch_begin` before each execution;
-        yields `(steps_before, count, loss_sum, weight_sum, outputs)` for each
-        execution that ran at least one step.
-        """
-        done = 0
-        begin, stopped = (
-            (callbacks.on_test_batch_begin, "stop_evaluating")
-            if mode == ModeKeys.EVAL
-            else (callbacks.on_predict_batch_begin, "stop_predicting")
-        )
-        setattr(self, stopped, False)
-        while (steps is None or done < steps) and not getattr(self, stopped):
-            size = self._execution_size(None if steps is None else steps - done, training=False)
-            begin(done)
-            count, loss_sum, weight_sum, outputs, _ = self._run_execution(mode, function, iterator, size)
-            if count:
-                yield done, count, loss_sum, weight_sum, outputs
-                done += count
-            if count < size:
-                return
-
-    def _run_execution(
-        self, mode: str, function: Callable, iterator: Any, size: int, check_finite: bool = True
-    ) -> Any:
-        """Runs one execution and hands its host tensors to the host thread.
-
-        Args:
-            check_finite: Raise `NonFiniteVariableError` when a trainable
-                variable holds NaN/Inf (False when `TerminateOnNaN` decides).
-
-        Returns:
-            `(steps, loss_sum, weight_sum, outputs, empty_replica)`;
-            `loss_sum / weight_sum` is the mean of the execution's step losses,
-            and `empty_replica` says it stopped before a batch too small for
-            every replica to get a row.
-        """
-        first_step = self.global_step if mode == ModeKeys.TRAIN else 0
-        start = time.perf_counter()
-        result = self._stats.call(function, iterator, size)
-        steps = int(result.steps)
-        loss_sum, weight_sum = float(result.loss_sum), float(result.weight_sum)
-        if steps:
-            self._stats.seconds_per_step = (time.perf_counter() - start) / steps
-            self._stats.last_execution_loss = loss_sum / max(weight_sum, 1e-12)
-            self._stats.last_step_loss = float(result.last_loss)
-        if result.after is not None:
-            step, all_finite, finite = result.after
-            if self._stats.step_during_fit is not None:
-                self._stats.step_during_fit = int(step)
-            if steps:
-                self._stats.last_execution_finite = bool(all_finite) and math.isfinite(loss_sum)
-            if steps and not bool(all_finite):
-                self._check_variables_finite(finite, raise_error=check_finite)
-        if result.host is not None and steps:
-            host = [tensor.numpy() for tensor in result.host]
-            self._runner.host.submit(mode, host, first_step, steps)
-        empty_replica = result.empty_replica is not None and bool(result.empty_replica)
-        return steps, loss_sum, weight_sum, result.outputs, empty_replica
+        return self._driver.last_execution_finite
 
     def fit(
         self,
@@ -213,7 +124,7 @@ class EstimatorTrainer:
         )
         function = self.make_train_function()
         callbacks = keras.callbacks.CallbackList(
-            [as_callback(c) for c in list(callbacks or []) + self._runner.spec_hooks[ModeKeys.TRAIN]],
+            [as_callback(c) for c in list(callbacks or []) + self._runner.modes[ModeKeys.TRAIN].hooks],
             add_history=True,
             add_progbar=verbose != 0,
             verbose=verbose,
@@ -223,7 +134,7 @@ class EstimatorTrainer:
         )
         check_learning_rate_callbacks(self.optimizer, callbacks.callbacks)
         self.stop_training = False
-        self._stats.step_during_fit = None
+        self._driver.cached_global_step = None
         self._runner.store.reset_local_variables()  # as each TF1 train()'s new session
         run = _FitRun(
             epochs=epochs,
@@ -240,7 +151,8 @@ class EstimatorTrainer:
         with stop.installed():  # until the end: a signal during on_train_end waits for it
             epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
             self._runner.host.finish(ModeKeys.TRAIN)
-            self._stats.step_during_fit = self._stats.concrete = None  # the iterator is done
+            self._driver.cached_global_step = None  # the variable is the truth again
+            self._driver.forget_iterator()
             callbacks.on_train_end(logs=epoch_logs)
         stop.raise_if_requested()
         if run.empty_replica_at is not None:
@@ -258,17 +170,18 @@ class EstimatorTrainer:
         self, callbacks: Any, dataset: Any, function: Callable, stop: StopRequests, run: _FitRun
     ) -> dict:
         """The epochs of `fit`, up to (not including) `on_train_end`; returns the last epoch's logs."""
+        driver = self._driver
         callbacks.on_train_begin()  # may restore a checkpoint: read the step after it
-        self._stats.step_during_fit = start_step = int(self._runner.store.global_step.numpy())
+        driver.cached_global_step = start_step = int(self._runner.store.global_step.numpy())
         initial_epoch = take_resumed_epoch(self) or run.initial_epoch  # BackupAndRestore's epoch
         steps_per_epoch = run.steps_per_epoch
-        if steps_per_epoch is None and self.stop_at_step is not None:
+        stop_step = driver.bounds(callbacks)[0]
+        if steps_per_epoch is None and stop_step is not None:
             callbacks.set_params(
-                {"verbose": run.verbose, "epochs": run.epochs, "steps": max(0, self.stop_at_step - start_step)}
+                {"verbose": run.verbose, "epochs": run.epochs, "steps": max(0, stop_step - start_step)}
             )
         try:
             iterator = iter(dataset) if steps_per_epoch else None
-            logs: dict = {}
             epoch_logs: dict = {}
             for epoch in range(initial_epoch, run.epochs):
                 if self.stop_training:
@@ -277,42 +190,23 @@ class EstimatorTrainer:
                 callbacks.on_epoch_begin(epoch)
                 if steps_per_epoch is None:
                     iterator = iter(dataset)
-                done, loss_sum, weight_sum, exhausted = 0, 0.0, 0.0, False
-                while not self.stop_training:
-                    size = self._execution_size(steps_per_epoch - done if steps_per_epoch else None)
-                    if size <= 0:
-                        break
-                    callbacks.on_train_batch_begin(done)
-                    steps, execution_loss, execution_weight, _, empty_replica = self._run_execution(
-                        ModeKeys.TRAIN, function, iterator, size, run.check_finite
-                    )
-                    if steps and run.check_finite and not math.isfinite(execution_loss):
-                        raise NanLossError(
-                            f"NaN loss during training. The training loss became "
-                            f"{self.last_execution_loss} in the execution "
-                            f"ending at global step {self.global_step}. Training stopped before any "
-                            "callback ran, so no checkpoint holds these weights. Check the input for "
-                            "NaN/Inf, lower the learning rate, or clip gradients."
-                        )
-                    if steps:
-                        done += steps
-                        loss_sum += execution_loss
-                        weight_sum += execution_weight
-                        logs = {"loss": loss_sum / weight_sum}
-                        callbacks.on_train_batch_end(done - 1, logs)
-                    if empty_replica:
-                        run.empty_replica_at = self.global_step
-                        self.stop_training = True
-                    elif steps < size:
-                        exhausted = True
-                        break
-                    if self._multi_worker:  # every worker stops at the same execution
-                        if any_worker(self.distribute_strategy, stop.requested):
-                            stop.request(stop.signal or signal.SIGTERM)
-                    if stop.requested:
-                        self.stop_training = True
+                done, loss_sum, weight_sum, logs = 0, 0.0, 0.0, {}
+                for execution in driver.executions(
+                    ModeKeys.TRAIN, function, iterator, callbacks, steps=steps_per_epoch, stop=stop,
+                    check_finite=run.check_finite, multi_worker=self._multi_worker,
+                ):
+                    done += execution.steps
+                    loss_sum += execution.loss_sum
+                    weight_sum += execution.weight_sum
+                    logs = execution.logs = {"loss": loss_sum / weight_sum}
+                if driver.ended_by == "empty_replica":
+                    run.empty_replica_at = driver.global_step()
+                    self.stop_training = True
+                elif driver.ended_by == "stopped" and stop.requested:
+                    self.stop_training = True
+                exhausted = driver.ended_by == "input"
                 if exhausted:
-                    self._report_input_end(callbacks, run, epoch, done, start_step)
+                    self._report_input_end(callbacks, run, epoch, done, start_step, stop_step)
                 epoch_logs = dict(logs)
                 validation_data, validation_steps, validation_batch_size, validation_freq = run.validation
                 if validation_data is not None and (epoch + 1) % validation_freq == 0:
@@ -325,12 +219,12 @@ class EstimatorTrainer:
                 if exhausted and steps_per_epoch is not None:
                     break
         except BaseException:
-            self._stats.step_during_fit = None  # the variable is the truth again
+            driver.cached_global_step = None  # the variable is the truth again
             raise
         return epoch_logs
 
     def _report_input_end(
-        self, callbacks: Any, run: _FitRun, epoch: int, done: int, start_step: int
+        self, callbacks: Any, run: _FitRun, epoch: int, done: int, start_step: int, stop_step: int | None
     ) -> None:
         """The input ran out in `epoch` after `done` steps: warn where that is not a normal epoch end.
 
@@ -340,7 +234,7 @@ class EstimatorTrainer:
         is told the steps that really ran.
         """
         step = self.global_step
-        if self.stop_at_step is not None and run.steps_per_epoch is None:
+        if stop_step is not None and run.steps_per_epoch is None:
             callbacks.set_params({"verbose": run.verbose, "epochs": run.epochs, "steps": step - start_step})
         if done == 0:
             _log.warning(
@@ -355,11 +249,11 @@ class EstimatorTrainer:
                 "stopping. Use .repeat() for at least steps_per_epoch * epochs batches.",
                 done, run.steps_per_epoch, epoch, step,
             )
-        elif self.stop_at_step is not None and step < self.stop_at_step and epoch + 1 == run.epochs:
+        elif stop_step is not None and step < stop_step and epoch + 1 == run.epochs:
             _log.warning(
                 "The training input ended at global step %d, before the stop step %d: %d steps "
                 "trained in this fit. Use .repeat() on the dataset to train to the stop step.",
-                step, self.stop_at_step, step - start_step,
+                step, stop_step, step - start_step,
             )
 
     def evaluate(
@@ -391,7 +285,7 @@ class EstimatorTrainer:
         dataset = self._runner.distribute_input(keras_input(x, y), ModeKeys.EVAL, batch_size)
         function = self.make_test_function()
         callbacks = keras.callbacks.CallbackList(
-            [as_callback(c) for c in list(callbacks or []) + self._runner.spec_hooks[ModeKeys.EVAL]],
+            [as_callback(c) for c in list(callbacks or []) + self._runner.modes[ModeKeys.EVAL].hooks],
             add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
         )
         host = self._runner.host
@@ -401,14 +295,14 @@ class EstimatorTrainer:
         callbacks.on_test_begin()
         logs: dict = {}
         done, loss_sum, weight_sum = 0, 0.0, 0.0
-        for first, count, execution_loss, execution_weight, _ in self._executions(
-            ModeKeys.EVAL, function, iter(dataset), steps, callbacks
+        for execution in self._driver.executions(
+            ModeKeys.EVAL, function, iter(dataset), callbacks, steps=steps
         ):
-            done = first + count
-            loss_sum, weight_sum = loss_sum + execution_loss, weight_sum + execution_weight
+            done += execution.steps
+            loss_sum, weight_sum = loss_sum + execution.loss_sum, weight_sum + execution.weight_sum
             logs["loss"] = loss_sum / max(weight_sum, 1e-12)
-            callbacks.on_test_batch_end(done - 1, dict(logs))
-        self._stats.concrete = None  # the iterator is done
+            execution.logs = dict(logs)
+        self._driver.forget_iterator()
         if done == 0:
             raise ValueError("evaluate() ran no steps: the input is empty.")
         host.finish(ModeKeys.EVAL)
@@ -447,23 +341,23 @@ class EstimatorTrainer:
         dataset = self._runner.distribute_input(x, ModeKeys.PREDICT, batch_size)
         function = self.make_predict_function()
         callbacks = keras.callbacks.CallbackList(
-            [as_callback(c) for c in list(callbacks or []) + self._runner.spec_hooks[ModeKeys.PREDICT]],
+            [as_callback(c) for c in list(callbacks or []) + self._runner.modes[ModeKeys.PREDICT].hooks],
             add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self,
         )
-        rows = self._runner.global_batch[ModeKeys.PREDICT]
+        rows = self._runner.modes[ModeKeys.PREDICT].batch.global_size
         callbacks.on_predict_begin()
-        for first, count, _, _, outputs in self._executions(
-            ModeKeys.PREDICT, function, iter(dataset), steps, callbacks
+        for execution in self._driver.executions(
+            ModeKeys.PREDICT, function, iter(dataset), callbacks, steps=steps
         ):
-            predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), outputs)
-            for index in range(count):
+            predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
+            for index in range(execution.steps):
                 keep = mask[index * rows : (index + 1) * rows] > 0.5
                 batch = tf.nest.map_structure(
                     lambda t, i=index, k=keep: t[i * rows : (i + 1) * rows][k], predictions
                 )
                 yield batch
-            callbacks.on_predict_batch_end(first + count - 1, {"outputs": batch})
-        self._stats.concrete = None  # the iterator is done
+            execution.logs = {"outputs": batch}
+        self._driver.forget_iterator()
         self._runner.host.finish(ModeKeys.PREDICT)
         callbacks.on_predict_end()
 
@@ -494,6 +388,6 @@ class EstimatorTrainer:
         if not batches:
             return tf.nest.map_structure(
                 lambda s: np.zeros([0] + s.shape[1:].as_list(), s.dtype.as_numpy_dtype),
-                self._runner.output_specs[ModeKeys.PREDICT][0],
+                self._runner.modes[ModeKeys.PREDICT].output_spec[0],
             )
         return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *batches)

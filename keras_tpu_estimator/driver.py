@@ -1,0 +1,319 @@
+"""`ExecutionDriver`: the one loop of executions behind `fit`, `evaluate`, `predict` and the facade.
+
+Everything done around an execution happens here, in this order:
+
+1. **size** it: `iterations_per_loop` as a count, or as a duration turned
+   into a count from the last execution's time per step; cut to the steps
+   left in the call and to the *bounds* the callbacks declare (a callback
+   with a `stop_step` attribute, as `StopAtStep` and a `StopAtStepHook` have,
+   stops training at that global step; one with `max_steps_per_execution`,
+   as a session hook on the CPU path has, caps every execution);
+2. `on_*_batch_begin`, then **run** it through the loop function's concrete
+   function and fetch its scalars at once (steps, losses, the global step,
+   whether the weights are finite);
+3. **check** training for NaN/Inf before any callback sees the step;
+4. hand its host tensors to the model's host thread;
+5. `on_*_batch_end` (for an execution that ran a step) and decide whether to
+   go on: the steps asked for, the end of the input, a stop flag, a bound, a
+   signal (agreed across workers).
+
+The driver also keeps what the last execution left (its loss, time per step,
+the global step read with it), so the model needs no device read between
+executions.
+
+Example:
+
+```python
+driver = ExecutionDriver(model, runner)
+for execution in driver.executions(ModeKeys.EVAL, model.make_test_function(), iterator, callbacks):
+    execution.logs = {"loss": execution.loss}
+driver.ended_by        # "input": the dataset ran out
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import signal
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu_estimator.config import IterationsPerLoop
+from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.loop import SCALARS
+from keras_tpu_estimator.nan_errors import NanLossError, NonFiniteVariableError
+from keras_tpu_estimator.preemption import StopRequests
+from keras_tpu_estimator.spec import ModeKeys
+from keras_tpu_estimator.strategy import any_worker
+
+_log = get_logger(__name__)
+
+_STEP, _ALL_FINITE = len(SCALARS), len(SCALARS) + 1  # what a training loop's read_after appends
+_STOP_FLAG = {
+    ModeKeys.TRAIN: "stop_training",
+    ModeKeys.EVAL: "stop_evaluating",
+    ModeKeys.PREDICT: "stop_predicting",
+}
+_CALLBACKS = {
+    ModeKeys.TRAIN: ("on_train_batch_begin", "on_train_batch_end"),
+    ModeKeys.EVAL: ("on_test_batch_begin", "on_test_batch_end"),
+    ModeKeys.PREDICT: ("on_predict_batch_begin", "on_predict_batch_end"),
+}
+
+
+def checked_variables(variables: Sequence[Any]) -> list:
+    """The floating-point variables among `variables`: those the NaN/Inf check covers, in order."""
+    return [v for v in variables if v.value.dtype.is_floating]
+
+
+@dataclasses.dataclass
+class Execution:
+    """One execution that ran at least one step.
+
+    Attributes:
+        first: Steps of this call before it: the Keras batch index of its first step.
+        steps: Steps it ran.
+        loss_sum, weight_sum: `loss_sum / weight_sum` is the mean of its steps' losses.
+        outputs: Its per-step outputs (PREDICT), as the loop returned them.
+        logs: What `on_*_batch_end` gets; set by the caller before asking for the next one.
+    """
+
+    first: int
+    steps: int
+    loss_sum: float
+    weight_sum: float
+    outputs: Any = None
+    logs: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def last(self) -> int:
+        """The batch index of its last step."""
+        return self.first + self.steps - 1
+
+    @property
+    def loss(self) -> float:
+        """The mean of its steps' losses."""
+        return self.loss_sum / max(self.weight_sum, 1e-12)
+
+
+class ExecutionDriver:
+    """Sizes, runs and follows up the executions of one model (see the module docstring).
+
+    Args:
+        model: The `EstimatorModel` (its stop flags, variables and callbacks' target).
+        host: The model's `HostRunner`.
+
+    Attributes:
+        iterations_per_loop: Executions' size, as a count or a duration.
+        ended_by: Why the last `executions` ended: `"steps"` (the steps asked
+            for ran), `"input"` (the input ran out), `"stopped"` (a stop flag,
+            bound or signal) or `"empty_replica"` (the next training batch
+            would leave a replica without rows).
+        cached_global_step: The global step read with the last training
+            execution, while a `fit` runs (None otherwise: read the variable).
+        seconds_per_step: Wall time per step of the last execution.
+        last_execution_loss, last_step_loss: Mean loss of the last
+            execution's steps, and the loss of its last step.
+        last_execution_finite: Its loss and trainable variables were finite.
+    """
+
+    def __init__(self, model: keras.Model, host: Any):
+        self._model = model
+        self._host = host
+        self.iterations_per_loop = IterationsPerLoop(1, "count")
+        self.ended_by: str | None = None
+        self.cached_global_step: int | None = None
+        self.seconds_per_step: float | None = None
+        self.last_execution_loss: float | None = None
+        self.last_step_loss: float | None = None
+        self.last_execution_finite = True
+        self._concrete: tuple | None = None
+        self._step_counts: dict[int, tf.Tensor] = {}
+
+    # ---------------------------------------------------------------- sizing
+    @staticmethod
+    def bounds(callbacks: Any) -> tuple[int | None, int | None]:
+        """`(stop step, max steps per execution)` the callbacks declare now, or None for each."""
+        stops, caps = [], []
+        for callback in getattr(callbacks, "callbacks", callbacks):
+            stop = getattr(callback, "stop_step", None)
+            cap = getattr(callback, "max_steps_per_execution", None)
+            if stop is not None:
+                stops.append(stop)
+            if cap is not None:
+                caps.append(cap)
+        return (min(stops) if stops else None), (min(caps) if caps else None)
+
+    def size(self, limit: int | None, stop_step: int | None = None, cap: int | None = None) -> int:
+        """The next execution's steps: `iterations_per_loop` cut to `limit`, the stop step and `cap`."""
+        loop = self.iterations_per_loop
+        if loop.unit == "count":
+            size = loop.value
+        elif self.seconds_per_step is None:
+            size = 1
+        else:
+            size = max(1, int(loop.value / max(self.seconds_per_step, 1e-9)))
+        if limit is not None:
+            size = min(size, limit)
+        if stop_step is not None:
+            size = min(size, stop_step - self.global_step())
+        if cap is not None:
+            size = min(size, cap)
+        return size
+
+    def global_step(self) -> int:
+        """The global step: the cached value during `fit`, else read from the variable."""
+        if self.cached_global_step is not None:
+            return self.cached_global_step
+        return int(self._model.global_step_variable.numpy())
+
+    # --------------------------------------------------------------- running
+    def run_one(self, mode: str, function: Callable, iterator: Any, size: int) -> tuple[Any, np.ndarray]:
+        """Runs one execution of up to `size` steps; returns `(result, scalars)`.
+
+        Updates the last-execution state and the cached global step, and hands
+        the execution's host tensors to the host thread. Does not check NaN.
+        """
+        first_step = self.global_step() if mode == ModeKeys.TRAIN else 0
+        start = time.perf_counter()
+        if self._concrete is None or self._concrete[0] is not function or self._concrete[1] is not iterator:
+            # The concrete function, cached per iterator: skips the polymorphic call's
+            # argument hashing and trace-cache lookup on every execution.
+            concrete = function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))
+            self._concrete = (function, iterator, concrete)
+        count = self._step_counts.get(size)
+        if count is None:
+            count = self._step_counts[size] = tf.constant(size, tf.int32)
+        result = self._concrete[2](iterator, count)
+        scalars = result.scalars.numpy()  # the one host fetch of the execution's scalars
+        steps = int(scalars[0])
+        if steps:
+            self.seconds_per_step = (time.perf_counter() - start) / steps
+            self.last_execution_loss = scalars[1] / max(scalars[2], 1e-12)
+            self.last_step_loss = float(scalars[3])
+        if len(scalars) > _ALL_FINITE:
+            if self.cached_global_step is not None:
+                self.cached_global_step = int(scalars[_STEP])
+            if steps:
+                self.last_execution_finite = bool(scalars[_ALL_FINITE]) and math.isfinite(scalars[1])
+        if result.host is not None and steps:
+            self._host.submit(mode, [tensor.numpy() for tensor in result.host], first_step, steps)
+        return result, scalars
+
+    def forget_iterator(self) -> None:
+        """Drops the cached concrete call (its iterator is done)."""
+        self._concrete = None
+
+    def executions(
+        self,
+        mode: str,
+        function: Callable,
+        iterator: Any,
+        callbacks: Any,
+        *,
+        steps: int | None = None,
+        stop: StopRequests | None = None,
+        check_finite: bool = True,
+        multi_worker: bool = False,
+    ) -> Iterator[Execution]:
+        """Runs executions until `steps` steps, the end of the input or a stop; yields each that ran.
+
+        Calls `on_*_batch_begin(first)` before each execution and
+        `on_*_batch_end(last, execution.logs)` after each that ran a step (once
+        the caller asks for the next), so every end has its begin. An
+        execution that finds the input already ended gets no end, as in Keras
+        and TF1 (whose last `session.run` raised before `after_run`).
+
+        Args:
+            steps: Steps to run in this call; None runs to the end of the input
+                (or, in training, to a stop).
+            stop: Signal requests (training): stop after the execution.
+            check_finite: In training, raise on a NaN/Inf loss or variable
+                (False when a `TerminateOnNaN` callback decides: it stops).
+            multi_worker: Agree on signal stops across workers.
+        """
+        model = self._model
+        flag = _STOP_FLAG[mode]
+        begin, end = (getattr(callbacks, name) for name in _CALLBACKS[mode])
+        if mode != ModeKeys.TRAIN:
+            setattr(model, flag, False)
+        done, self.ended_by = 0, None
+        while True:
+            if getattr(model, flag):
+                self.ended_by = "stopped"
+                return
+            stop_step, cap = self.bounds(callbacks)
+            if mode != ModeKeys.TRAIN:
+                stop_step = None  # a stop step bounds training only
+            size = self.size(None if steps is None else steps - done, stop_step, cap)
+            if size <= 0:
+                self.ended_by = "steps" if steps is not None and done >= steps else "stopped"
+                return
+            begin(done)
+            result, scalars = self.run_one(mode, function, iterator, size)
+            ran = int(scalars[0])
+            if mode == ModeKeys.TRAIN and ran:
+                self._check_finite(result, scalars, check_finite)
+            if ran:
+                execution = Execution(done, ran, float(scalars[1]), float(scalars[2]), result.outputs)
+                yield execution
+                done += ran
+                end(execution.last, execution.logs)
+            if scalars[4]:
+                self.ended_by = "empty_replica"
+                return
+            if ran < size:
+                self.ended_by = "input"
+                return
+            if stop is not None:
+                if multi_worker and any_worker(model.distribute_strategy, stop.requested):
+                    stop.request(stop.signal or signal.SIGTERM)  # every worker stops at this execution
+                if stop.requested:
+                    self.ended_by = "stopped"
+                    return
+
+    # ------------------------------------------------------------------ NaN
+    def _check_finite(self, result: Any, scalars: np.ndarray, raise_error: bool) -> None:
+        """Raises (or, for `TerminateOnNaN`, stops training) on a NaN/Inf loss or trainable variable."""
+        self.check_variables(result, scalars, raise_error)
+        if raise_error and not math.isfinite(scalars[1]):
+            raise NanLossError(
+                f"NaN loss during training. The training loss became {self.last_execution_loss} "
+                f"in the execution ending at global step {self.global_step()}. Training stopped "
+                "before any callback ran, so no checkpoint holds these weights. Check the input "
+                "for NaN/Inf, lower the learning rate, or clip gradients."
+            )
+
+    def check_variables(self, result: Any, scalars: np.ndarray, raise_error: bool = True) -> None:
+        """Raises `NonFiniteVariableError` naming the trainable variables a training execution left NaN/Inf.
+
+        With `raise_error=False` (a `TerminateOnNaN` callback decides), logs
+        it and stops training instead, as `TerminateOnNaN` stops on a NaN loss.
+        """
+        if len(scalars) <= _ALL_FINITE or scalars[_ALL_FINITE]:
+            return
+        finite = result.after.numpy()
+        model = self._model
+        names = {id(v): name for name, v in model.variables_by_name.items()}
+        checked = checked_variables(model.trainable_variables)
+        bad = [names.get(id(v), v.path) for v, ok in zip(checked, finite, strict=False) if not ok]
+        if not raise_error:
+            _log.warning(
+                "Trainable variable '%s' holds NaN or Inf after the execution ending at global "
+                "step %d (%d bad in all); stopping training (TerminateOnNaN).",
+                bad[0], self.global_step(), len(bad),
+            )
+            model.stop_training = True
+            return
+        raise NonFiniteVariableError(
+            f"Gradient for {bad[0]} is NaN: trainable variable '{bad[0]}' holds NaN or Inf after the "
+            f"execution ending at global step {self.global_step()} ({len(bad)} bad in all: "
+            f"{bad[:5]}). Training stopped before any callback ran, so no checkpoint holds these "
+            "weights. Check the input for NaN/Inf, lower the learning rate, or clip gradients."
+        )
