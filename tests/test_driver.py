@@ -1,0 +1,103 @@
+"""The execution driver: bounds declared by callbacks, paired batch callbacks, why a run ended."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import keras_tpu_estimator as kte
+from tests import models
+
+
+class Bound(keras.callbacks.Callback):
+    """Any callback can bound training: a `stop_step`, a `max_steps_per_execution`."""
+
+    def __init__(self, stop_step=None, max_steps_per_execution=None):
+        super().__init__()
+        self.stop_step = stop_step
+        self.max_steps_per_execution = max_steps_per_execution
+
+
+class BatchCalls(keras.callbacks.Callback):
+    """Records every batch begin and end, in order, for each mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.calls.append(("begin", batch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append(("end", batch))
+
+    on_test_batch_begin = on_predict_batch_begin = on_train_batch_begin
+    on_test_batch_end = on_predict_batch_end = on_train_batch_end
+
+
+def finite_input(batches, batch_size=16):
+    features, labels = models.data(batches * batch_size)
+    return lambda params: tf.data.Dataset.from_tensor_slices((features, labels)).batch(params["batch_size"])
+
+
+def test_a_callback_stop_step_bounds_training_exactly():
+    model = models.make_model(k=4)
+    recorder = models.ExecutionRecorder()
+    model.fit(models.input_fn, callbacks=[Bound(stop_step=6), recorder], verbose=0)
+    assert recorder.sizes == [4, 2]
+    assert model.global_step == 6
+    assert model._driver.ended_by == "stopped"
+
+
+def test_the_lowest_bound_wins_and_a_cap_sizes_every_execution():
+    model = models.make_model(k=4)
+    recorder = models.ExecutionRecorder()
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=10), Bound(stop_step=7, max_steps_per_execution=3),
+                                          recorder], verbose=0)
+    assert recorder.sizes == [3, 3, 1]
+    assert model.global_step == 7
+
+
+def test_a_duration_iterations_per_loop_is_sized_by_the_driver():
+    model = models.make_model(k="1s")
+    recorder = models.ExecutionRecorder()
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=50), recorder], verbose=0)
+    assert recorder.sizes[0] == 1  # no time per step known yet
+    assert sum(recorder.sizes) == 50 and len(recorder.sizes) < 50  # later executions grow to fill 1 s
+
+
+def test_evaluate_pairs_batch_callbacks_and_ends_with_the_input():
+    model = models.make_model(k=2)
+    calls = BatchCalls()
+    model.evaluate(finite_input(5), callbacks=[calls], verbose=0)
+    # Executions of 2, 2 and 1 steps: the input ends inside the third.
+    assert calls.calls == [("begin", 0), ("end", 1), ("begin", 2), ("end", 3), ("begin", 4), ("end", 4)]
+    assert model._driver.ended_by == "input"
+
+
+def test_an_execution_that_finds_the_input_ended_gets_no_end():
+    # As Keras and TF1: the last begin, for an execution that ran no step, has no end.
+    model = models.make_model(k=2)
+    calls = BatchCalls()
+    predictions = model.predict(lambda params: finite_input(4)(params).map(lambda f, _: f),
+                                callbacks=[calls], verbose=0)
+    assert len(predictions["y"]) == 64
+    assert calls.calls == [("begin", 0), ("end", 1), ("begin", 2), ("end", 3), ("begin", 4)]
+
+
+def test_steps_end_a_run_before_the_input():
+    model = models.make_model(k=4)
+    calls = BatchCalls()
+    loss = model.evaluate(finite_input(20), steps=6, callbacks=[calls], verbose=0)
+    assert calls.calls == [("begin", 0), ("end", 3), ("begin", 4), ("end", 5)]
+    assert model._driver.ended_by == "steps"
+    assert np.isfinite(loss)
+
+
+def test_one_fetch_carries_the_global_step_and_the_finite_check():
+    model = models.make_model(k=4)
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=4)], verbose=0)
+    result = model.train_function(iter(model._runner.distribute_input(models.input_fn, kte.ModeKeys.TRAIN)),
+                                  tf.constant(3))
+    steps, _, _, _, empty, step, all_finite = result.scalars.numpy()
+    assert (steps, empty, step, all_finite) == (3, 0, 7, 1)
+    assert model.global_step == 7
