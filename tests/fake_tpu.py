@@ -7,6 +7,7 @@ Run as a script, it traces a model in TRAIN, EVAL and PREDICT and prints one
 JSON line of op counts (a fresh process, so no other strategy is around).
 """
 
+import collections
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ import tensorflow as tf  # noqa: E402
 from tensorflow.python.tpu import tpu_system_metadata  # noqa: E402
 
 import keras_tpu_estimator as kte  # noqa: E402
+from tests import models  # noqa: E402
 
 TPU_OPS = ["TPUReplicateMetadata", "TPUReplicatedInput", "TPUReplicatedOutput", "TPUCompilationResult"]
 
@@ -52,16 +54,18 @@ class FakeTPUResolver(tf.distribute.cluster_resolver.ClusterResolver):
         return ""
 
 
-def op_counts(concrete_function):
-    """Op types in a concrete function's graph and every function it calls."""
+def graph_nodes(concrete_function):
+    """The nodes of a concrete function's graph and of every function it calls."""
     graph_def = concrete_function.graph.as_graph_def()
     nodes = list(graph_def.node)
     for function in graph_def.library.function:
         nodes.extend(function.node_def)
-    counts = {}
-    for node in nodes:
-        counts[node.op] = counts.get(node.op, 0) + 1
-    return counts
+    return nodes
+
+
+def op_counts(concrete_function):
+    """How many ops of each type `graph_nodes` holds."""
+    return collections.Counter(node.op for node in graph_nodes(concrete_function))
 
 
 def data(num_rows=256):
@@ -125,20 +129,12 @@ def moving_average_model_fn(features, labels, mode, params):
 
 
 def node_names(concrete_function):
-    graph_def = concrete_function.graph.as_graph_def()
-    nodes = list(graph_def.node)
-    for function in graph_def.library.function:
-        nodes.extend(function.node_def)
-    return [(node.name, node.op) for node in nodes]
+    return [(node.name, node.op) for node in graph_nodes(concrete_function)]
 
 
 def make_model(params=None, model_fn=model_fn):
-    strategy = tf.distribute.TPUStrategy(FakeTPUResolver())
-    return kte.EstimatorModel(
-        model_fn, params=params, strategy=strategy,
-        train_batch_size=64, eval_batch_size=64, predict_batch_size=64,
-        config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=4)),
-    )
+    """On a fresh fake 8-core TPUStrategy, batches of 64 (8 per core)."""
+    return models.make_model(model_fn, tf.distribute.TPUStrategy(FakeTPUResolver()), params, batch=64)
 
 
 def main():

@@ -1,4 +1,5 @@
-"""model_fns and input_fns shared by the tests, written as TPUEstimator users wrote them."""
+"""model_fns and input_fns shared by the tests, written as TPUEstimator users wrote them, and the
+factories and helpers the tests share (`make_model`, `make_estimator`, `summary_values`)."""
 
 import keras
 import numpy as np
@@ -6,6 +7,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 
+BATCH_SIZES = ("train_batch_size", "eval_batch_size", "predict_batch_size")
 WEIGHTS = np.array([[1.0], [-2.0], [3.0], [0.5]], np.float32)
 NUM_ROWS = 640
 
@@ -64,6 +66,47 @@ def keras_layers_model(features, labels, mode, params):
     loss = None if labels is None else tf.reduce_mean(tf.square(output - labels))
     optimizer = tf.compat.v1.train.AdamOptimizer(0.01) if params.get("tf1_adam", True) else None
     return _spec(mode, {"y": output}, loss, optimizer)
+
+
+def make_model(model_fn=get_variable_mlp, strategy=None, params=None, *, k=4, seed=None, config=None,
+               batch=16, **kwargs) -> kte.EstimatorModel:
+    """The `EstimatorModel` the tests build: `model_fn` on `strategy` (None: the one in scope or the default).
+
+    k: `iterations_per_loop`; seed: `tf_random_seed`: a RunConfig of the two (k=None and
+    seed=None: EstimatorModel's default RunConfig), or `config` as given (then k and seed are not).
+    batch: the batch size of each mode whose `*_batch_size` kwargs do not name; None leaves
+    them unset. kwargs: EstimatorModel's other arguments (use_tpu, optimizer,
+    steps_per_execution, train_batch_size, ...).
+    """
+    if config is not None and (k != 4 or seed is not None):
+        raise TypeError("make_model: k and seed go in `config` when a config is given")
+    if config is None and (k is not None or seed is not None):
+        tpu_config = kte.TPUConfig() if k is None else kte.TPUConfig(iterations_per_loop=k)
+        config = kte.RunConfig(tpu_config=tpu_config, tf_random_seed=seed)
+    if batch is not None:
+        for size in BATCH_SIZES:
+            kwargs.setdefault(size, batch)
+    return kte.EstimatorModel(model_fn, params=params, config=config, strategy=strategy, **kwargs)
+
+
+def make_estimator(model_dir, model_fn=get_variable_mlp, strategy=None, params=None, *, k=4, batch=16,
+                   **config) -> kte.TPUEstimator:
+    """The `TPUEstimator` the tests build: `model_fn` writing to `model_dir`, `strategy` as `train_distribute`.
+
+    k: `iterations_per_loop`; batch: every mode's batch size; config: RunConfig's other arguments.
+    """
+    run_config = kte.RunConfig(model_dir=str(model_dir), train_distribute=strategy,
+                               tpu_config=kte.TPUConfig(iterations_per_loop=k), **config)
+    return kte.TPUEstimator(model_fn, config=run_config, params=params, train_batch_size=batch,
+                            eval_batch_size=batch, predict_batch_size=batch)
+
+
+def summary_values(logdir):
+    """`(step, summary value)` of every value in the event files directly in `logdir`."""
+    for path in sorted(tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                yield event.step, value
 
 
 class ExecutionRecorder(keras.callbacks.Callback):

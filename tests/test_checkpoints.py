@@ -112,12 +112,10 @@ def test_warm_start_with_renamed_variables(tmp_path):
 
 
 def _scalars(logdir):
-    values = {}
-    for path in tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*"):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                values.setdefault(value.tag, []).append(event.step)
-    return values
+    steps = {}
+    for step, value in models.summary_values(logdir):
+        steps.setdefault(value.tag, []).append(step)
+    return steps
 
 
 def test_tensorboard_events_at_the_true_global_step(tmp_path):
@@ -133,10 +131,8 @@ def test_tensorboard_events_at_the_true_global_step(tmp_path):
 def test_examples_per_sec_is_global_batch_times_steps_per_sec(tmp_path):
     make(tmp_path, save_summary_steps=4).train(models.input_fn, steps=8)
     rates = {}
-    for path in tf.io.gfile.glob(f"{tmp_path}/events.out.tfevents.*"):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                rates.setdefault(event.step, {})[value.tag] = float(tf.make_ndarray(value.tensor))
+    for step, value in models.summary_values(tmp_path):
+        rates.setdefault(step, {})[value.tag] = float(tf.make_ndarray(value.tensor))
     assert sorted(rates) == [4, 8]
     for tags in rates.values():
         assert tags["examples/sec"] == pytest.approx(16 * tags["global_step/sec"], rel=1e-5)

@@ -14,12 +14,9 @@ from tests import models
 
 
 def make(model_dir, k=4, params=None, **config):
+    """Adam unless params say otherwise; a checkpoint every k steps (each execution) by default."""
     config.setdefault("save_checkpoints_steps", k)
-    run_config = kte.RunConfig(model_dir=str(model_dir), tpu_config=kte.TPUConfig(iterations_per_loop=k), **config)
-    return kte.TPUEstimator(
-        models.get_variable_mlp, config=run_config, params=params or {"optimizer": "adam"},
-        train_batch_size=16, eval_batch_size=16, predict_batch_size=16,
-    )
+    return models.make_estimator(model_dir, params=params or {"optimizer": "adam"}, k=k, **config)
 
 
 def saved_steps(model_dir):
@@ -210,10 +207,7 @@ def test_nan_in_a_variable_names_it_and_keeps_the_last_finite_checkpoint(strateg
         return spec._replace(train_op=tf.group(spec.train_op, poison))
 
     strategy = mirrored if strategy_name == "mirrored4" else tf.distribute.get_strategy()
-    model = kte.EstimatorModel(
-        model_fn, params={"optimizer": "sgd"}, strategy=strategy, train_batch_size=16,
-        config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=4)),
-    )
+    model = models.make_model(model_fn, strategy, params={"optimizer": "sgd"}, batch=None, train_batch_size=16)
     saver = kte.CheckpointSaver(str(tmp_path), save_steps=4)
     with pytest.raises(FloatingPointError, match=r"variable 'mlp/hidden/bias' holds NaN or Inf.*global step 8"):
         model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=12), saver], verbose=0)

@@ -33,8 +33,8 @@ def id_input_fn(params):
 
 
 def make_model(strategy, k, model_fn=counting_model_fn):
-    config = kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=k))
-    return kte.EstimatorModel(model_fn, config=config, strategy=strategy, train_batch_size=16)
+    """Trains only: no eval or predict batch size."""
+    return models.make_model(model_fn, strategy, k=k, batch=None, train_batch_size=16)
 
 
 def fit(model, **stop):

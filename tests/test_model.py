@@ -7,15 +7,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from tests import models
-from tests.models import assert_replicas_equal
-
-
-def make_model(model_fn, strategy, params=None, k=4, seed=None, **kwargs):
-    config = kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=k), tf_random_seed=seed)
-    kwargs.setdefault("train_batch_size", 16)
-    kwargs.setdefault("eval_batch_size", 16)
-    kwargs.setdefault("predict_batch_size", 16)
-    return kte.EstimatorModel(model_fn, params=params, config=config, strategy=strategy, **kwargs)
+from tests.models import assert_replicas_equal, make_model
 
 
 def train(model, steps, input_fn=models.input_fn):
@@ -93,11 +85,11 @@ def test_dataset_input_is_split_across_replicas(strategy):
 
 # ------------------------------------------------------------------ errors
 def test_input_fn_without_params_is_rejected(strategy):
+    def no_params():
+        return models.input_fn({"batch_size": 4})
+
     model = make_model(models.get_variable_mlp, strategy)
     with pytest.raises(ValueError, match=r"^input_fn \(<function .*no_params at 0x\w+>\) does not include params"):
-        def no_params():
-            return models.input_fn({"batch_size": 4})
-
         model.fit(no_params, verbose=0)
 
 

@@ -18,6 +18,7 @@ from keras_tpu_estimator.model_dir_lock import (
     ModelDirLock,
     ModelDirLockedError,
 )
+from tests import models
 
 HOST = socket.gethostname()
 STARTED_TEXT = "2031-02-03T04:05:06+00:00"
@@ -232,10 +233,20 @@ def test_a_model_dir_that_is_a_file_is_refused(tmp_path):
         ModelDirLock(path).acquire()
 
 
-def test_readers_do_not_need_the_lock(tmp_path):
+def test_readers_do_not_need_the_lock(tmp_path, live_pid):
     with ModelDirLock(tmp_path):
         prefix = tf.train.Checkpoint(v=tf.Variable(3.0)).save(str(tmp_path / "model.ckpt"))
         # An evaluator reads while the trainer holds the lock, and takes none.
         assert tf.train.latest_checkpoint(str(tmp_path)) == prefix
         assert tf.train.load_variable(prefix, "v/.ATTRIBUTES/VARIABLE_VALUE") == 3.0
         assert LOCK_FILE in tf.io.gfile.listdir(str(tmp_path))
+    # This library's readers, on a model_dir a live trainer holds: they run and leave its lock alone.
+    estimator = models.make_estimator(tmp_path / "model")
+    estimator.train(models.input_fn, steps=4)
+    path = write_lock(tmp_path / "model", pid=live_pid)
+    before = open(path).read()
+    assert estimator.evaluate(models.input_fn, steps=1)["global_step"] == 4
+    assert len(list(estimator.predict(models.predict_input_fn))) == 64
+    assert open(path).read() == before
+    with pytest.raises(ModelDirLockedError):  # while a trainer is refused
+        estimator.train(models.input_fn, steps=1)

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
+from tests import models
 from tests import original_numbers as original
 from tests import original_programs as programs
 
@@ -151,13 +152,9 @@ def test_keras_counter_model_sees_the_same(strategy):
 
 # ------------------------------------------------------------------ evaluate's result
 def _scalar_events(logdir):
-    events = {}
-    for path in sorted(tf.io.gfile.glob(f"{logdir}/events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag != "checkpoint_path":
-                    events[value.tag] = (event.step, float(tf.make_ndarray(value.tensor)))
-    return events
+    """{tag: (step, value)} of the last value of each tag."""
+    return {value.tag: (step, float(tf.make_ndarray(value.tensor)))
+            for step, value in models.summary_values(logdir) if value.tag != "checkpoint_path"}
 
 
 def test_evaluate_returns_and_writes_every_eval_metric(path, tmp_path):

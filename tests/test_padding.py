@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from keras_tpu_estimator.padding import pad_batches
+from tests import models
 
 
 def id_model_fn(features, labels, mode, params):
@@ -50,11 +51,9 @@ def input_fn_of(n, with_labels=False, counter=None):
     return input_fn
 
 
-def make(strategy, batch=16, k=3):
-    return kte.EstimatorModel(
-        id_model_fn, strategy=strategy, eval_batch_size=batch, predict_batch_size=batch,
-        config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=k)),
-    )
+def make(strategy):
+    """Evaluates and predicts only: no train batch size."""
+    return models.make_model(id_model_fn, strategy, k=3, batch=None, eval_batch_size=16, predict_batch_size=16)
 
 
 @pytest.mark.parametrize("n", [100, 96, 99, 3])

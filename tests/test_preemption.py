@@ -24,10 +24,7 @@ class InterruptAfter(keras.callbacks.Callback):
 
 
 def test_ctrl_c_stops_after_the_execution_saves_and_raises(strategy, tmp_path):
-    model = kte.EstimatorModel(
-        models.get_variable_mlp, params={"optimizer": "adam"}, strategy=strategy,
-        train_batch_size=16, config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=4)),
-    )
+    model = models.make_model(strategy=strategy, params={"optimizer": "adam"}, batch=None, train_batch_size=16)
     callbacks = [kte.StopAtStep(steps=40), InterruptAfter(8), kte.CheckpointSaver(str(tmp_path))]
     with pytest.raises(KeyboardInterrupt):
         model.fit(models.input_fn, callbacks=callbacks, verbose=0)

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from tests import models
+from tests.models import make_estimator, make_model
 
 
 class Recorder(tf.compat.v1.train.SessionRunHook):
@@ -37,32 +38,23 @@ class Recorder(tf.compat.v1.train.SessionRunHook):
         self.calls.append(("end", int(session.run("global_step:0"))))
 
 
-def make(model_dir, strategy=None, k=4, **config):
-    return kte.TPUEstimator(
-        models.get_variable_mlp,
-        config=kte.RunConfig(model_dir=str(model_dir), train_distribute=strategy,
-                             tpu_config=kte.TPUConfig(iterations_per_loop=k), **config),
-        train_batch_size=16, eval_batch_size=16, predict_batch_size=16,
-    )
-
-
 def test_a_hook_runs_around_each_execution(tmp_path, strategy):
     hook = Recorder()
-    make(tmp_path, strategy).train(models.input_fn, steps=10, hooks=[hook])
+    make_estimator(tmp_path, strategy=strategy).train(models.input_fn, steps=10, hooks=[hook])
     assert hook.steps == [4, 8, 10]
     assert hook.fetched == [0, 4, 8]
     assert hook.calls == ["begin", ("after_create_session", 0)] + ["before_run", "after_run"] * 3 + [("end", 10)]
 
 
 def test_request_stop_ends_training_after_the_execution_with_a_checkpoint(tmp_path, strategy):
-    estimator = make(tmp_path, strategy)
+    estimator = make_estimator(tmp_path, strategy=strategy)
     estimator.train(models.input_fn, steps=100, hooks=[Recorder(stop_at=8)])
     assert kte.checkpoint_step(estimator.latest_checkpoint()) == 8
 
 
 def test_stop_at_step_hook_stops_exactly(tmp_path, strategy):
     hook = Recorder()
-    estimator = make(tmp_path, strategy)
+    estimator = make_estimator(tmp_path, strategy=strategy)
     estimator.train(models.input_fn, steps=100, hooks=[tf.compat.v1.train.StopAtStepHook(last_step=6), hook])
     assert hook.steps == [4, 6]  # executions of 4, then 2
     estimator.train(models.input_fn, steps=100, hooks=[tf.compat.v1.train.StopAtStepHook(num_steps=3)])
@@ -90,9 +82,7 @@ def test_logging_tensor_hook_logs_the_real_losses_by_name(tmp_path, strategy):
     assert [step for step, _ in logged] == [0, 4]  # the step as each run began, as TF1 fetched it
     # The loss of each execution's last step (steps 4 and 8): a model trained one step at a time gives it.
     for step, loss in logged:
-        reference = kte.EstimatorModel(loss_named_model_fn, strategy=strategy, train_batch_size=16,
-                                       config=kte.RunConfig(tf_random_seed=7,
-                                                            tpu_config=kte.TPUConfig(iterations_per_loop=1)))
+        reference = make_model(loss_named_model_fn, strategy, k=1, seed=7, batch=None, train_batch_size=16)
         history = reference.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=step + 4)], verbose=0)
         assert reference.last_step_loss == pytest.approx(loss, rel=1e-5)
         del history
@@ -106,10 +96,7 @@ def test_hooks_in_the_spec_run_in_their_modes(tmp_path, strategy):
         field = {"train": "training_hooks", "eval": "evaluation_hooks", "infer": "prediction_hooks"}[mode]
         return spec._replace(**{field: (seen[mode],)})
 
-    config = kte.RunConfig(model_dir=str(tmp_path), train_distribute=strategy,
-                           tpu_config=kte.TPUConfig(iterations_per_loop=2))
-    estimator = kte.TPUEstimator(model_fn, config=config, train_batch_size=16, eval_batch_size=16,
-                                 predict_batch_size=16)
+    estimator = make_estimator(tmp_path, model_fn, strategy, k=2)
     estimator.train(models.input_fn, steps=4)
     estimator.evaluate(models.input_fn, steps=3)
     list(estimator.predict(models.predict_input_fn))
@@ -138,7 +125,8 @@ class Listener(tf.compat.v1.train.CheckpointSaverListener):
 
 def test_saving_listeners_see_every_save(tmp_path, strategy):
     listener = Listener()
-    make(tmp_path, strategy, save_checkpoints_steps=4).train(models.input_fn, steps=10, saving_listeners=[listener])
+    estimator = make_estimator(tmp_path, strategy=strategy, save_checkpoints_steps=4)
+    estimator.train(models.input_fn, steps=10, saving_listeners=[listener])
     saves = [call[1] for call in listener.calls if call[0] == "after_save"]
     assert saves == [4, 8, 10]
     assert listener.calls[0] == "begin" and listener.calls[-1] == ("end", 10)
@@ -148,15 +136,14 @@ def test_saving_listeners_see_every_save(tmp_path, strategy):
 def test_a_checkpoint_saver_hook_replaces_the_saver_as_in_the_estimator(tmp_path):
     listener = Listener()
     hook = tf.compat.v1.train.CheckpointSaverHook(str(tmp_path / "elsewhere"), save_steps=2, listeners=[listener])
-    make(tmp_path / "model").train(models.input_fn, steps=4, hooks=[hook])
+    make_estimator(tmp_path / "model").train(models.input_fn, steps=4, hooks=[hook])
     assert [c[1] for c in listener.calls if c[0] == "after_save"] == [4]  # K=4: the boundary after step 4
     assert kte.checkpoint_step(tf.train.latest_checkpoint(str(tmp_path / "elsewhere"))) == 4
 
 
 def test_the_keras_face_takes_hooks_as_callbacks(strategy):
     hook = Recorder()
-    model = kte.EstimatorModel(models.get_variable_mlp, strategy=strategy, train_batch_size=16,
-                               config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=4)))
+    model = make_model(strategy=strategy, batch=None, train_batch_size=16)
     model.fit(models.input_fn, callbacks=[hook, kte.StopAtStep(steps=6)], verbose=0)
     assert hook.steps == [4, 6]
 
@@ -176,13 +163,13 @@ def test_what_cannot_run_is_a_clear_error(tmp_path):
     with tf.Graph().as_default():  # TF's ProfilerHook opens a TF1 FileWriter: it cannot be built eagerly
         profiler = tf.compat.v1.train.ProfilerHook(save_steps=1, output_dir=str(tmp_path))
     with pytest.raises(NotImplementedError, match="keras.callbacks.TensorBoard"):
-        make(tmp_path).train(models.input_fn, steps=1, hooks=[profiler])
+        make_estimator(tmp_path).train(models.input_fn, steps=1, hooks=[profiler])
     with pytest.raises(NotImplementedError, match="host_call"):
-        make(tmp_path).train(models.input_fn, steps=1, hooks=[
+        make_estimator(tmp_path).train(models.input_fn, steps=1, hooks=[
             tf.compat.v1.train.SummarySaverHook(save_steps=1, output_dir=str(tmp_path), summary_op=tf.constant(""))])
     unknown = tf.compat.v1.train.LoggingTensorHook({"x": "no_such_tensor:0"}, every_n_iter=1)
     with pytest.raises(ValueError, match="no_such_tensor"):
-        make(tmp_path).train(models.input_fn, steps=1, hooks=[unknown])
+        make_estimator(tmp_path).train(models.input_fn, steps=1, hooks=[unknown])
     model = kte.EstimatorModel(models.get_variable_mlp, train_batch_size=16)
     saver_hook = tf.compat.v1.train.CheckpointSaverHook(str(tmp_path / "c"), save_steps=1)
     with pytest.raises(NotImplementedError, match="CheckpointSaverHook.*saving_listeners"):
@@ -202,9 +189,9 @@ def test_a_hook_built_in_model_fn_fetches_its_loss_tensor_and_refuses_step_inter
         config = kte.RunConfig(model_dir=str(tmp_path / str(ok)), tpu_config=kte.TPUConfig(iterations_per_loop=2))
         return kte.TPUEstimator(model_fn, config=config, params={"ok": ok}, train_batch_size=16)
 
-    trained = estimator(True).train(models.input_fn, steps=4)
+    fetching = estimator(True)
+    assert fetching.train(models.input_fn, steps=4) is fetching  # train returns the estimator, as the original
     assert len(logged) == 2 and all(np.isfinite(v["loss"]) for v in logged)
-    assert trained is not None
     with pytest.raises(ValueError, match="a value computed inside the step"):
         estimator(False).train(models.input_fn, steps=2)
 
@@ -212,10 +199,7 @@ def test_a_hook_built_in_model_fn_fetches_its_loss_tensor_and_refuses_step_inter
 def test_step_counter_hook_writes_global_step_per_sec(tmp_path, strategy):
     output = tmp_path / "counter"
     hook = tf.compat.v1.train.StepCounterHook(every_n_steps=4, output_dir=str(output))
-    make(tmp_path / "model", strategy).train(models.input_fn, steps=12, hooks=[hook])
+    make_estimator(tmp_path / "model", strategy=strategy).train(models.input_fn, steps=12, hooks=[hook])
     tf.compat.v1.summary.FileWriterCache.get(str(output)).flush()  # the hook's writer, as TF1 flushed it
-    steps = []
-    for path in tf.io.gfile.glob(str(output / "events*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            steps += [event.step for value in event.summary.value if value.tag == "global_step/sec"]
+    steps = [step for step, value in models.summary_values(output) if value.tag == "global_step/sec"]
     assert steps and all(step in (8, 12) for step in steps)

@@ -1,5 +1,6 @@
 """TF1 model code inside model_fn: compat.v1 layers, losses, custom and cross-shard optimizers."""
 
+import functools
 import logging
 
 import numpy as np
@@ -10,13 +11,7 @@ import keras_tpu_estimator as kte
 from tests import models, tf1_models
 from tests.models import assert_replicas_equal
 
-
-def make_model(model_fn, strategy, params=None, k=4, batch=32, seed=None):
-    config = kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=k), tf_random_seed=seed)
-    return kte.EstimatorModel(
-        model_fn, params=params, config=config, strategy=strategy,
-        train_batch_size=batch, eval_batch_size=batch, predict_batch_size=batch,
-    )
+make_model = functools.partial(models.make_model, batch=32)  # this file's models take batches of 32
 
 
 def tf1_graph_variable_names(model_fn, params):
