@@ -44,6 +44,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu_estimator import _compat
 from keras_tpu_estimator.config import IterationsPerLoop
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.loop import SCALARS
@@ -182,15 +183,15 @@ class ExecutionDriver:
         """
         first_step = self.global_step() if mode == ModeKeys.TRAIN else 0
         start = time.perf_counter()
-        if self._concrete is None or self._concrete[0] is not function or self._concrete[1] is not iterator:
-            # The concrete function, cached per iterator: skips the polymorphic call's
-            # argument hashing and trace-cache lookup on every execution.
-            concrete = function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))
-            self._concrete = (function, iterator, concrete)
         count = self._step_counts.get(size)
         if count is None:
             count = self._step_counts[size] = tf.constant(size, tf.int32)
-        result = self._concrete[2](iterator, count)
+        if self._concrete is None or self._concrete[0] is not function or self._concrete[1] is not iterator:
+            # The concrete function, cached per iterator and bound to it once: skips the
+            # polymorphic call's argument hashing, trace-cache lookup and input binding.
+            concrete = function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))
+            self._concrete = (function, iterator, _compat.bound_call(concrete, iterator, count))
+        result = self._concrete[2](count)
         scalars = result.scalars.numpy()  # the one host fetch of the execution's scalars
         steps = int(scalars[0])
         if steps:
