@@ -9,10 +9,8 @@ with `StopAtStep`, `CheckpointSaver`, `StepSummaries` and `StepLogger`.
 
 from __future__ import annotations
 
-import enum
 import math
 import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -40,6 +38,7 @@ from keras_tpu_estimator.config import (
     check_positive_integer,
     check_supported,
 )
+from keras_tpu_estimator.estimator_args import ExportSavedModelApiVersion, check_estimator_arguments
 from keras_tpu_estimator.export import export_estimator_savedmodel, export_saved_model
 from keras_tpu_estimator.inference import BatchConfig, inference_on_tpu, model_fn_inference_on_tpu
 from keras_tpu_estimator.logs import get_logger
@@ -52,8 +51,6 @@ from keras_tpu_estimator.spec import (
     ModelFn,
     TPUEstimatorSpec,
     check_hooks,
-    check_params,
-    verify_model_fn_args,
 )
 from keras_tpu_estimator.strategy import is_chief
 from keras_tpu_estimator.worker_errors import sharing_worker_errors
@@ -70,13 +67,6 @@ __all__ = [
     "inference_on_tpu",
     "model_fn_inference_on_tpu",
 ]
-
-
-class ExportSavedModelApiVersion(enum.Enum):
-    """How the TPU MetaGraph is exported (see `TPUEstimator.export_saved_model`)."""
-
-    V1 = 1
-    V2 = 2
 
 
 class TPUEstimator:
@@ -128,70 +118,11 @@ class TPUEstimator:
         embedding_config_spec: Any = None,
         export_saved_model_api_version: ExportSavedModelApiVersion | int = ExportSavedModelApiVersion.V1,
     ):
-        if config is None or not isinstance(config, RunConfig):
-            raise ValueError(
-                "`config` must be provided with type `tpu_config.RunConfig`: a "
-                f"keras_tpu_estimator RunConfig. Received: {type(config).__name__}"
-            )
-        params_given = params
-        params = check_params(params)
-        if use_tpu:
-            if train_batch_size is None:
-                raise ValueError("`train_batch_size` cannot be `None`")
-            check_positive_integer(train_batch_size, "train_batch_size")
-            if eval_batch_size is not None:
-                check_positive_integer(eval_batch_size, "eval_batch_size")
-            if predict_batch_size is not None:
-                check_positive_integer(predict_batch_size, "predict_batch_size")
-        pipeline = config.tpu_config.per_host_input_for_training
-        if use_tpu and pipeline == InputPipelineConfig.PER_SHARD_V1 and config.tpu_config.num_cores_per_replica:
-            raise ValueError(
-                "Model parallelism only supports per host input for training. Please adjust "
-                "TPURunconfig.per_host_input_for_training."
-            )
-        if use_tpu and embedding_config_spec and pipeline not in (
-            InputPipelineConfig.PER_HOST_V1,
-            InputPipelineConfig.PER_HOST_V2,
-        ):
-            raise ValueError(
-                f"Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got {pipeline}."
-            )
-        if (
-            not (use_tpu and eval_on_tpu)
-            and embedding_config_spec
-            and getattr(embedding_config_spec, "partition_strategy", None) == "mod"
-        ):
-            raise ValueError("Mod sharding of embedding tables not supported on CPU.")
-        if embedding_config_spec is not None:
-            raise ValueError(
-                "`embedding_config_spec` (TPU embeddings) is not supported by keras_tpu_estimator. "
-                "Use tf.tpu.experimental.embedding.TPUEmbedding inside model_fn."
-            )
-        if not callable(model_fn):
-            raise TypeError(f"unsupported callable: model_fn must be a function. Received: {model_fn!r}")
-        verify_model_fn_args(model_fn, params_given)
-        if model_dir is not None:
-            model_dir = os.fspath(model_dir)
-            model_dir = model_dir.decode() if isinstance(model_dir, bytes) else model_dir
-        if model_dir and config.model_dir and model_dir != config.model_dir:
-            raise ValueError(
-                "`model_dir` are set both in constructor and `RunConfig`, but with different "
-                f"values. In constructor: '{model_dir}', in `RunConfig`: '{config.model_dir}' "
-            )
-        model_dir = model_dir or config.model_dir
-        if not model_dir:
-            model_dir = tempfile.mkdtemp(prefix="keras_tpu_estimator_")
-            _log.warning("Using temporary folder as model directory: %s", model_dir)
-        if not (
-            isinstance(export_saved_model_api_version, ExportSavedModelApiVersion)
-            or export_saved_model_api_version in (1, 2)
-        ):
-            raise ValueError(
-                "export_saved_model_api_version should be 1 or 2; got "
-                f"{export_saved_model_api_version}."
-            )
-        if batch_axis is not None:
-            _log.warning("`batch_axis` is ignored: tf.distribute splits batches along axis 0.")
+        model_dir, params = check_estimator_arguments(
+            model_fn, model_dir, config, params, use_tpu, train_batch_size, eval_batch_size,
+            predict_batch_size, batch_axis, eval_on_tpu, embedding_config_spec,
+            export_saved_model_api_version,
+        )
         self._model_fn = model_fn
         if use_tpu:
             check_supported(config.tpu_config)

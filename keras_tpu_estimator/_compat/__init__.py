@@ -31,6 +31,7 @@ from keras_tpu_estimator._compat.graph_copy import (  # noqa: F401  (part of thi
     merge_calls_under_creator,
     scratch_graph,
 )
+from keras_tpu_estimator._compat.patching import swapped_attribute  # noqa: F401  (part of this module's API)
 from keras_tpu_estimator._compat.tpu_export import (  # noqa: F401  (part of this module's API)
     inside_tpu_rewrite,
     prune_unconnected_ops_from_xla,
@@ -108,11 +109,8 @@ def moving_averages_on_first_component(strategy: tf.distribute.Strategy) -> Iter
     def on_first_component(variable: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
         return original(first(variable), first(value), *args, **kwargs)
 
-    _moving_averages.assign_moving_average = on_first_component
-    try:
+    with swapped_attribute(_moving_averages, "assign_moving_average", on_first_component):
         yield
-    finally:
-        _moving_averages.assign_moving_average = original
 
 
 @contextlib.contextmanager
@@ -192,11 +190,8 @@ def unpacked_tpu_variables(strategy: tf.distribute.Strategy) -> Iterator[None]:
     if not is_tpu_strategy(strategy) or not getattr(strategy, flag, False):
         yield
         return
-    setattr(strategy, flag, False)
-    try:
+    with swapped_attribute(strategy, flag, False):
         yield
-    finally:
-        setattr(strategy, flag, True)
 
 
 class _AdoptedVariable(keras.Variable):
@@ -245,16 +240,12 @@ def recording_init_from_checkpoint(calls: list) -> Iterator[None]:
     Patches the `tf.compat.v1.train` module attribute while active.
     """
     module = tf.compat.v1.train
-    original = module.init_from_checkpoint
 
     def record(ckpt_dir_or_file: str, assignment_map: Any) -> None:
         calls.append((ckpt_dir_or_file, dict(assignment_map)))
 
-    module.init_from_checkpoint = record
-    try:
+    with swapped_attribute(module, "init_from_checkpoint", record):
         yield
-    finally:
-        module.init_from_checkpoint = original
 
 
 @contextlib.contextmanager

@@ -18,6 +18,8 @@ from tensorflow.python.distribute import distribute_lib as _distribute_lib
 from tensorflow.python.framework import func_graph as _func_graph
 from tensorflow.python.ops import handle_data_util as _handle_data_util
 
+from keras_tpu_estimator._compat.patching import swapped_attribute
+
 
 @contextlib.contextmanager
 def merge_calls_under_creator(creator: Any) -> Iterator[None]:
@@ -44,11 +46,8 @@ def merge_calls_under_creator(creator: Any) -> Iterator[None]:
 
         return original(self, under_creator, args, kwargs)
 
-    _distribute_lib.ReplicaContext.merge_call = merge_call
-    try:
+    with swapped_attribute(_distribute_lib.ReplicaContext, "merge_call", merge_call):
         yield
-    finally:
-        _distribute_lib.ReplicaContext.merge_call = original
 
 
 @contextlib.contextmanager
