@@ -43,6 +43,14 @@ class _FitRun:
     empty_replica_at: int | None = None
 
 
+def _real_rows(predictions: Any, keep: np.ndarray, rows: slice) -> Any:
+    """The rows `rows` of every prediction, without the padded ones (`keep` False)."""
+    keep = keep[rows]
+    if keep.all():
+        return tf.nest.map_structure(lambda t: t[rows], predictions)
+    return tf.nest.map_structure(lambda t: t[rows][keep], predictions)
+
+
 class EstimatorTrainer:
     """The `fit` / `evaluate` / `predict` half of `EstimatorModel` (a mixin; see `EstimatorModel`).
 
@@ -338,6 +346,12 @@ class EstimatorTrainer:
             print(batch["class"].shape)
         ```
         """
+        return self._predictions(x, batch_size, verbose, steps, callbacks, by_step=True)
+
+    def _predictions(
+        self, x: Any, batch_size: int | None, verbose: Any, steps: int | None, callbacks: Any, by_step: bool
+    ) -> Iterator[Any]:
+        """Yields the real rows of each step (`by_step`) or of each execution, in input order."""
         dataset = self._runner.distribute_input(x, ModeKeys.PREDICT, batch_size)
         function = self.make_predict_function()
         callbacks = keras.callbacks.CallbackList(
@@ -350,12 +364,14 @@ class EstimatorTrainer:
             ModeKeys.PREDICT, function, iter(dataset), callbacks, steps=steps
         ):
             predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
-            for index in range(execution.steps):
-                keep = mask[index * rows : (index + 1) * rows] > 0.5
-                batch = tf.nest.map_structure(
-                    lambda t, i=index, k=keep: t[i * rows : (i + 1) * rows][k], predictions
-                )
-                yield batch
+            keep = mask > 0.5
+            if by_step:
+                for index in range(execution.steps):
+                    batch = _real_rows(predictions, keep, slice(index * rows, (index + 1) * rows))
+                    yield batch
+            else:  # one boolean selection per output for the whole execution
+                yield _real_rows(predictions, keep, slice(None))
+                batch = _real_rows(predictions, keep, slice((execution.steps - 1) * rows, None))
             execution.logs = {"outputs": batch}
         self._driver.forget_iterator()
         self._runner.host.finish(ModeKeys.PREDICT)
@@ -384,7 +400,7 @@ class EstimatorTrainer:
         predictions = model.predict(predict_input_fn)   # {"probabilities": array}
         ```
         """
-        batches = list(self.predict_batches(x, batch_size, verbose, steps, callbacks))
+        batches = list(self._predictions(x, batch_size, verbose, steps, callbacks, by_step=False))
         if not batches:
             return tf.nest.map_structure(
                 lambda s: np.zeros([0] + s.shape[1:].as_list(), s.dtype.as_numpy_dtype),
