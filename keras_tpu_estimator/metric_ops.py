@@ -1,75 +1,128 @@
-"""`EstimatorSpec.eval_metric_ops`: TF1 metrics updated in the step, read after the last one.
+"""TF1 metrics updated inside the EVAL step: `eval_metric_ops`, and `eval_metrics` on the CPU path.
 
-TPUEstimator's CPU path (`use_tpu=False`) accepted a plain `EstimatorSpec`
-with `eval_metric_ops={name: (value, update_op)}`, as `tf.compat.v1.metrics`
-return them; Estimator ran every update op with each step and read the values
-once at the end. Here the update ops are fetched by each EVAL step, and the
-values are read by a function that traces `model_fn` once more and fetches
-only them (`fetches.py`), so the updates do not run again. The metrics'
-accumulators are TF1 local variables, which every `evaluate` starts from zero.
-On the TPU path the original refused them; so does this.
+TPUEstimator's CPU path (`use_tpu=False`) ran evaluation as an Estimator:
+`eval_metric_ops={name: (value, update_op)}` (a plain `EstimatorSpec`), and
+a `TPUEstimatorSpec`'s `eval_metrics=(metric_fn, tensors)` turned into them
+by calling `metric_fn` on the step's tensors in the same graph
+(`as_estimator_spec`). Every step's `session.run` ran the update ops; the
+values were read once at the end.
+
+Here each EVAL step runs the update ops and returns the values read after
+them; the evaluation keeps the last step's. No host round trip and no second
+trace of `model_fn`. The accumulators are TF1 local variables, which every
+`evaluate` starts from zero. On the TPU path the original refused
+`eval_metric_ops`, and ran `eval_metrics` on the host (`host.py`); so does this.
+
+Example:
+
+```python
+metrics, _ = StepMetrics.at_build(spec, use_tpu=False)   # in the build graph: creates the variables
+step_output = metrics.step_values(spec)               # in each EVAL step: updates, then values
+metrics.result(last_step_output)                      # {"accuracy": 0.75}
+```
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu_estimator.fetches import run_fetched
+
+def _check_pairs(metric_ops: Any, source: str) -> dict:
+    for name, pair in metric_ops.items():
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise TypeError(
+                f"{source}[{name!r}] must be a (value, update_op) pair, as "
+                f"tf.compat.v1.metrics return. Received: {pair!r}"
+            )
+    return dict(metric_ops)
 
 
-class EvalMetricOps:
-    """The `eval_metric_ops` of one model's EVAL spec.
+def _call_metric_fn(eval_metrics: Any) -> Any:
+    metric_fn, tensors = eval_metrics
+    return metric_fn(**tensors) if isinstance(tensors, dict) else metric_fn(*tensors)
 
-    Args:
-        spec: The EVAL spec recorded at build (or None before).
-        use_tpu: The strategy path, where `eval_metric_ops` are refused.
-        trace_spec: Returns `model_fn(EVAL)`'s spec when called inside a trace.
 
-    Example:
+def _is_pairs(result: Any) -> bool:
+    return isinstance(result, dict) and bool(result) and all(
+        isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[1], (tf.Tensor, tf.Operation))
+        for pair in result.values()
+    )
 
-    ```python
-    metric_ops = EvalMetricOps(spec, use_tpu=False, trace_spec=runner.eval_spec_on_zeros)
-    ...                        # run the EVAL steps
-    metric_ops.values()        # {"accuracy": 0.75}
-    ```
+
+class StepMetrics:
+    """The metrics one model's EVAL step updates: their names, and which source they come from.
+
+    Made by `at_build` in the build graph; `step_values` is called in every
+    EVAL step trace; `result` reads an evaluation's last step output.
+
+    Attributes:
+        names: Metric names, sorted.
+        eval_metrics_in_step: Whether `eval_metrics`' `metric_fn` runs in the
+            step (the CPU path, TF1 metric pairs), so the host must not run it.
     """
 
-    def __init__(self, spec: Any, use_tpu: bool, trace_spec: Callable[[], Any] | None):
-        metric_ops = getattr(spec, "eval_metric_ops", None) or {}
+    def __init__(self, names: list[str] | None = None, eval_metrics_in_step: bool = False):
+        self.names = sorted(names or [])
+        self.eval_metrics_in_step = eval_metrics_in_step
+
+    @classmethod
+    def at_build(cls, spec: Any, use_tpu: bool) -> tuple[StepMetrics, dict]:
+        """Checks `spec`'s metrics in the build graph (creating their variables), decides where they run.
+
+        Returns the metrics and their `{name: (value, update_op)}` in the build graph.
+        """
+        metric_ops = _check_pairs(getattr(spec, "eval_metric_ops", None) or {}, "eval_metric_ops")
         if metric_ops and use_tpu:
             raise ValueError(
                 "EstimatorSpec.eval_metric_ops cannot run on the TPU path (use_tpu=True), as "
                 "in TPUEstimator. Return TPUEstimatorSpec(eval_metrics=(metric_fn, tensors)), "
                 "or evaluate with use_tpu=False (eval_on_tpu=False)."
             )
-        for name, pair in metric_ops.items():
-            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-                raise TypeError(
-                    f"eval_metric_ops[{name!r}] must be a (value, update_op) pair, as "
-                    f"tf.compat.v1.metrics return. Received: {pair!r}"
-                )
-        self.names = sorted(metric_ops)
-        self._trace_spec = trace_spec
-        self._read: Any = None
+        eval_metrics = getattr(spec, "eval_metrics", None)
+        in_step = False
+        if eval_metrics is not None and not use_tpu:
+            try:  # TF1 pairs run in the step, as the original's CPU path ran them
+                result = _call_metric_fn(eval_metrics)
+            except Exception:  # noqa: BLE001  (the host path reports it, with its own checks)
+                result = None
+            if _is_pairs(result):
+                in_step = True
+                metric_ops.update(result)
+        return cls(list(metric_ops), in_step), metric_ops
 
-    @staticmethod
-    def updates(spec: Any) -> list:
-        """The update ops of `spec.eval_metric_ops`, for the EVAL step to depend on."""
-        return [pair[1] for pair in (getattr(spec, "eval_metric_ops", None) or {}).values()]
+    def pairs(self, spec: Any) -> dict:
+        """`{name: (value, update_op)}` of `spec` (call inside the step's trace)."""
+        metric_ops = dict(getattr(spec, "eval_metric_ops", None) or {})
+        if self.eval_metrics_in_step:
+            metric_ops.update(_call_metric_fn(spec.eval_metrics))
+        return metric_ops
 
-    def values(self) -> dict[str, float]:
-        """The metrics' values now: what TF1 read after the last update."""
+    def host_spec(self, spec: Any) -> Any:
+        """`spec` as the host should see it: without the `eval_metrics` the step runs."""
+        return spec._replace(eval_metrics=None) if self.eval_metrics_in_step else spec
+
+    def step_values(self, spec: Any, pairs: dict | None = None) -> tuple[list, dict]:
+        """`(update ops, {name: value read after them, shaped [1, ...]})` for one EVAL step.
+
+        `pairs`: the step's metric pairs if already made (at build), else made from `spec`.
+        """
+        pairs = self.pairs(spec) if pairs is None else pairs
+        updates = [pairs[name][1] for name in self.names]
+        with tf.control_dependencies(updates):
+            values = {name: tf.expand_dims(tf.identity(pairs[name][0]), 0) for name in self.names}
+        return updates, values
+
+    def output_spec(self, values: dict) -> dict | None:
+        """The loop's output spec of `step_values`' values (None without metrics)."""
         if not self.names:
+            return None
+        return {name: tf.TensorSpec(values[name].shape, values[name].dtype) for name in self.names}
+
+    def result(self, outputs: Any) -> dict[str, float]:
+        """`{name: value}` from the last execution's outputs (values stacked over its steps)."""
+        if not self.names or outputs is None:
             return {}
-        if self._read is None:
-
-            def traced() -> dict:
-                spec = self._trace_spec()
-                return {name: spec.eval_metric_ops[name][0] for name in self.names}
-
-            self._read = tf.function(lambda: run_fetched(traced), autograph=False)
-        return {name: float(np.asarray(value)) for name, value in self._read().items()}
+        return {name: float(np.asarray(outputs[name])[-1]) for name in self.names}

@@ -51,7 +51,7 @@ from keras_tpu_estimator.inputs import (
 from keras_tpu_estimator.invoke import check_scaffold, invoke_model_fn
 from keras_tpu_estimator.legacy import summary_names
 from keras_tpu_estimator.logs import get_logger
-from keras_tpu_estimator.metric_ops import EvalMetricOps
+from keras_tpu_estimator.metric_ops import StepMetrics
 from keras_tpu_estimator.optimizer_view import train_op_optimizer
 from keras_tpu_estimator.padding import mask_scope, pad_batches, prediction_spec, unpack
 from keras_tpu_estimator.spec import (
@@ -140,7 +140,7 @@ class ModelFnRunner:
         self.modes: dict[str, ModeRecord] = {}
         self.uses_keras_optimizer = False
         self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
-        self.metric_ops = EvalMetricOps(None, use_tpu, None)
+        self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (metric_ops.py)
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""
@@ -224,6 +224,11 @@ class ModelFnRunner:
             output_spec = None
             if mode == ModeKeys.PREDICT:
                 output_spec = (prediction_spec(spec.predictions, mask_spec), mask_spec)
+            if mode == ModeKeys.EVAL:
+                with self.store.scope():
+                    self.metrics, pairs = StepMetrics.at_build(spec, self.use_tpu)
+                    output_spec = self.metrics.output_spec(self.metrics.step_values(spec, pairs)[1])
+                spec = self.metrics.host_spec(spec)
         # Unpadded EVAL batches (the CPU path) reach the host padded to the batch
         # size with a mask, so every step's host tensors stack (`_host_values`).
         unpadded_eval = mode == ModeKeys.EVAL and mask_spec is None
@@ -263,8 +268,6 @@ class ModelFnRunner:
                     self._owner.optimizer.build(self._owner.trainable_variables)
             else:
                 self._owner.optimizer = self.train_op_optimizer()
-        if mode == ModeKeys.EVAL:
-            self.metric_ops = EvalMetricOps(spec, self.use_tpu, self._metric_values_spec)
         record.output_spec = output_spec
         record.built = True
         self._owner.built = True
@@ -272,19 +275,6 @@ class ModelFnRunner:
     def train_op_optimizer(self) -> Any:
         """`model.optimizer` when `model_fn` returns its own `train_op` (see `optimizer_view`)."""
         return train_op_optimizer(self._owner.optimizer, self.keras_optimizers, self.store.global_step)
-
-    def _metric_values_spec(self) -> Any:
-        """`model_fn(EVAL)`'s spec on a batch of zeros (for reading metric values)."""
-        features_spec, labels_spec, mask_spec = unpack(self.modes[ModeKeys.EVAL].element_spec)
-
-        def zeros(spec: Any) -> Any:
-            return tf.nest.map_structure(
-                lambda s: tf.zeros([d or 1 for d in s.shape.as_list()], s.dtype), spec
-            )
-
-        labels = None if labels_spec is None else zeros(labels_spec)
-        mask = None if mask_spec is None else zeros(mask_spec)
-        return self.call_model_fn(zeros(features_spec), labels, ModeKeys.EVAL, mask)
 
     # ---------------------------------------------------------------- steps
     @staticmethod
@@ -374,12 +364,15 @@ class ModelFnRunner:
         """One replica's evaluation step: the loss weighted by real rows, and host tensors."""
         features, labels, mask = unpack(self._static(ModeKeys.EVAL, data))
         spec = self.call_model_fn(features, labels, ModeKeys.EVAL, mask)
-        with tf.control_dependencies(EvalMetricOps.updates(spec)):
+        with self.store.scope():
+            updates, values = self.metrics.step_values(spec)
+        with tf.control_dependencies(updates):
             loss = tf.cast(tf.identity(spec.loss), tf.float32)
         return {
             "loss": loss,
             "weight": self._rows(features) if mask is None else tf.reduce_sum(mask),
-            "host": self._host_values(ModeKeys.EVAL, spec, mask, features),
+            "outputs": values or None,
+            "host": self._host_values(ModeKeys.EVAL, self.metrics.host_spec(spec), mask, features),
         }
 
     def predict_step(self, data: Any) -> dict:

@@ -302,11 +302,12 @@ class EstimatorTrainer:
         self._runner.store.reset_local_variables()  # as each TF1 evaluation's new session
         callbacks.on_test_begin()
         logs: dict = {}
-        done, loss_sum, weight_sum = 0, 0.0, 0.0
+        done, loss_sum, weight_sum, last_outputs = 0, 0.0, 0.0, None
         for execution in self._driver.executions(
             ModeKeys.EVAL, function, iter(dataset), callbacks, steps=steps
         ):
             done += execution.steps
+            last_outputs = execution.outputs  # the in-step metrics' values, stacked over steps
             loss_sum, weight_sum = loss_sum + execution.loss_sum, weight_sum + execution.weight_sum
             logs["loss"] = loss_sum / max(weight_sum, 1e-12)
             execution.logs = dict(logs)
@@ -315,7 +316,7 @@ class EstimatorTrainer:
             raise ValueError("evaluate() ran no steps: the input is empty.")
         host.finish(ModeKeys.EVAL)
         metrics = dict(host.metrics.result()) if host.metrics is not None else {}
-        metrics.update(self._runner.metric_ops.values())
+        metrics.update(self._runner.metrics.result(last_outputs))
         for name, quote in (("loss", '"'), ("global_step", "`")):
             if name in metrics:  # the original's check: a silent overwrite otherwise
                 raise ValueError(
