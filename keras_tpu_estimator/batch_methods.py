@@ -61,9 +61,9 @@ class SingleBatchMethods:
         """
         refuse_keras_arguments("train_on_batch", sample_weight=sample_weight, class_weight=class_weight)
         dataset = self._runner.distribute_input(_one_batch("train_on_batch", x, y), ModeKeys.TRAIN)
-        result, scalars = self._driver.run_one(ModeKeys.TRAIN, self.make_train_function(), iter(dataset), 1)
-        self._driver.forget_iterator()
-        self._runner.host.finish(ModeKeys.TRAIN)
+        with self._runner.host.running(ModeKeys.TRAIN):
+            result, scalars = self._driver.run_one(ModeKeys.TRAIN, self.make_train_function(), iter(dataset), 1)
+            self._driver.forget_iterator()
         self._driver.check_variables(result, scalars)
         loss = scalars[1] / max(scalars[2], 1e-12)
         if not math.isfinite(loss):

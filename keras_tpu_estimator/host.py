@@ -1,22 +1,19 @@
-"""The host side: `host_call` and `eval_metrics` functions run once per step on gathered tensors.
+"""The host side: `host_call` and `eval_metrics` functions run on each step's gathered tensors.
 
-On the device, a step's `host_call` / `eval_metrics` tensors are concatenated
-across replicas (replica 0's rows first) and stacked over the steps of an
-execution (`loop.py`). This module owns what happens after: the user's
-function is built **once** in a dedicated `tf.Graph` with placeholders of the
-gathered shape, and a `tf.compat.v1.Session` runs it for every step with that
-step's values. That is where TF1 code works unchanged: `tf.compat.v1.metrics.*`
-(local variables, update ops) and TF2 summaries written in graph mode
-(`create_file_writer(...).as_default()`, `record_if`, `all_v2_summary_ops()`).
-
-A `metric_fn` may instead return `keras.metrics.Metric` objects (created once,
-outside it): it is then called eagerly for every step.
+A step's host tensors arrive concatenated across replicas and stacked over an
+execution's steps (`loop.py`), in `host_plan.HostPlan`'s order. The user's
+function is built **once** in its own `tf.Graph` and run by a
+`tf.compat.v1.Session`, where TF1 code works unchanged (`tf.compat.v1.metrics`,
+graph-mode TF2 summaries). Each `fit` / `evaluate` / `predict` is one call
+(`HostRunner.running`) with Sessions of its own, as each TPUEstimator call had.
+`host_call` runs once per step; `eval_metrics` once per execution when it can.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import keras
@@ -24,169 +21,172 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.host_plan import HostPart, HostPlan, drop_padding
 from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.spec import ModeKeys
 
 _log = get_logger(__name__)
 
 
-def split_host_call(name: str, host_call: Any) -> tuple[Callable, list[str] | None, list[Any]]:
-    """`(fn, keys or None, flat tensors)` from a validated `(fn, list or dict)` pair."""
-    fn, tensors = host_call
-    if isinstance(tensors, dict):
-        keys = sorted(tensors)
-        return fn, keys, [tensors[key] for key in keys]
-    return fn, None, list(tensors)
-
-
-def check_batch_major(name: str, tensors: Sequence[Any], keys: list[str] | None) -> None:
-    """Raises a ValueError naming any host tensor that cannot be concatenated across replicas."""
-    for index, tensor in enumerate(tensors):
-        label = f"{name}[1][{keys[index]!r}]" if keys else f"{name}[1][{index}]"
-        if not isinstance(tensor, (tf.Tensor, tf.Variable)) and not hasattr(tensor, "shape"):
-            raise ValueError(
-                f"{label} must be a tensor; received {type(tensor).__name__}. Nested "
-                "structures are not supported: pass a flat list or dict of tensors."
-            )
-        if tensor.shape.rank == 0:
-            raise RuntimeError(
-                "All tensors outfed from TPU should preserve batch size dimension, but got scalar "
-                f"{tensor}. {label} must keep a batch dimension so it can be concatenated across "
-                "replicas: use `tf.reshape(t, [1])` for a scalar."
-            )
-
-
-def _call(name: str, fn: Callable, keys: list[str] | None, args: Sequence[Any]) -> Any:
-    try:
-        return fn(**dict(zip(keys, args, strict=True))) if keys is not None else fn(*args)
-    except TypeError:
-        _log.warning(
-            "Exception while calling %s. It is likely the tensors (%s[1]) do not match the "
-            "function's arguments.",
-            name,
-            name,
-        )
-        raise
-
-
 class HostFunction:
-    """One `(fn, tensors)` function, built once in its own graph and run per step.
+    """One `(fn, tensors)` function, built once in its own graph; its Session opens when it runs.
 
     Args:
-        name: `"host_call"` or `"eval_metrics"`, for messages.
-        fn: The user's function.
-        keys: Dict keys (tensors passed as keywords), or None (positional).
-        specs: `tf.TensorSpec` of each tensor as gathered for one step.
+        part: The plan's part: the function, its keys and gathered specs.
         fetch: Turns `fn`'s return value into what each step runs
             (default: the value itself, or all v2 summary ops when it is None).
 
     Example:
 
     ```python
-    host = HostFunction("host_call", fn, None, [tf.TensorSpec([32], tf.float32)])
-    host([np.zeros(32, np.float32)])
-    host.flush()
+    host = HostFunction(plan.host_call)
+    host([np.zeros(32, np.float32)])   # opens the Session, runs one step
+    host.close()                       # flushes summary writers, closes the Session
     ```
     """
 
-    def __init__(
-        self,
-        name: str,
-        fn: Callable,
-        keys: list[str] | None,
-        specs: Sequence[tf.TensorSpec],
-        fetch: Callable[[Any], Any] | None = None,
-    ):
-        self.name = name
-        self._graph = tf.Graph()
-        with self._graph.as_default():
-            self._placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape) for s in specs]
-            self.result = _call(name, fn, keys, self._placeholders)
-            if fetch is not None:
-                self._fetches = fetch(self.result)
-            elif self.result is None:
-                self._fetches = tf.compat.v1.summary.all_v2_summary_ops() or []
-            else:
-                self._fetches = self.result
-            writers = [op for op in self._graph.get_operations() if op.type == "SummaryWriter"]
+    def __init__(self, part: HostPart, fetch: Callable[[Any], Any] | None = None):
+        self.part = part
+        self.graph = tf.Graph()
+        self.variables: list[tuple[tf.Variable, str | None]] = []  # fn's, in creation order
+
+        def recording(next_creator: Callable, **kwargs: Any) -> Any:
+            variable = next_creator(**kwargs)
+            self.variables.append((variable, kwargs.get("name")))
+            return variable
+
+        with self.graph.as_default():
+            self.placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape) for s in part.specs]
+            with tf.variable_creator_scope(recording):
+                self.result = part.call(self.placeholders)
+            fetches = self.result if fetch is None else fetch(self.result)
+            if fetches is None:  # fn returned nothing: run the summaries it wrote
+                fetches = tf.compat.v1.summary.all_v2_summary_ops() or []
+            writers = [op for op in self.graph.get_operations() if op.type == "SummaryWriter"]
             self._flush = [tf.raw_ops.FlushSummaryWriter(writer=op.outputs[0]) for op in writers]
             self._reset_locals = tf.compat.v1.local_variables_initializer()
-            init = [
-                _compat.summary_writer_init_ops(),
-                tf.compat.v1.global_variables_initializer(),
-                self._reset_locals,
-            ]
-        # Host ops are tiny: their own single-threaded pools keep them from
-        # queueing behind the device loop's kernels in the shared pools.
-        config = tf.compat.v1.ConfigProto(
-            inter_op_parallelism_threads=1,
-            intra_op_parallelism_threads=1,
-            use_per_session_threads=True,
-        )
-        self._session = tf.compat.v1.Session(graph=self._graph, config=config)
-        self._session.run(init)
-        # A prepared callable skips per-step fetch and feed processing (the hot path).
-        self._step = self._session.make_callable(self._fetches, feed_list=self._placeholders)
+            globals_init = tf.compat.v1.global_variables_initializer()
+            self._init = [_compat.summary_writer_init_ops(), globals_init, self._reset_locals]
+        self._callables: list[tuple[Any, list]] = [(fetches, self.placeholders)]
+        self._session: tf.compat.v1.Session | None = None
+        self._ran: set[int] = set()  # calls run in this Session
 
     @property
-    def num_inputs(self) -> int:
-        """How many tensors one step feeds."""
-        return len(self._placeholders)
+    def is_open(self) -> bool:
+        """Whether a Session is open (between the first run of a call and `close`)."""
+        return self._session is not None
+
+    def add_callable(self, fetches: Any, feeds: list) -> int:
+        """Registers another call of this graph; returns its index for `run`."""
+        self._callables.append((fetches, feeds))
+        return len(self._callables) - 1
+
+    def open(self) -> None:
+        """Opens a Session (fresh summary writers, variables at their initial values)."""
+        if self._session is not None:
+            return
+        # Host ops are tiny: their own single-threaded pools keep them from
+        # queueing behind the device loop's kernels in the shared pools; and
+        # without Grappler a new Session's first run of a call takes about
+        # 10 ms, not 100 (each fit / evaluate / predict opens new Sessions).
+        config = tf.compat.v1.ConfigProto(
+            inter_op_parallelism_threads=1, intra_op_parallelism_threads=1, use_per_session_threads=True
+        )
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        session = tf.compat.v1.Session(graph=self.graph, config=config)
+        try:
+            session.run(self._init)
+        except BaseException:
+            session.close()
+            raise
+        self._session, self._ran = session, set()
+
+    def ran(self, index: int) -> bool:
+        """Whether call `index` ran in the open Session (its executor exists)."""
+        return self._session is not None and index in self._ran
+
+    def run(self, index: int, values: Sequence[np.ndarray]) -> Any:
+        """Runs call `index` (0: one step of `fn`) with `values` fed: one `Session.run`."""
+        self.open()
+        fetches, feeds = self._callables[index]
+        self._ran.add(index)
+        return self._session.run(fetches, feed_dict=dict(zip(feeds, values, strict=True)))
 
     def __call__(self, values: Sequence[np.ndarray]) -> Any:
         """Runs one step with `values` fed to the placeholders."""
-        return self._step(*values)
+        return self.run(0, values)
 
     def evaluate(self, fetches: Any) -> Any:
         """Runs `fetches` (tensors of this graph) without feeding anything."""
+        self.open()
         return self._session.run(fetches)
 
     def reset_local_variables(self) -> None:
-        """Zeroes TF1 metric accumulators (local variables)."""
-        self._session.run(self._reset_locals)
+        """Zeroes TF1 metric accumulators (local variables), if a Session is open."""
+        if self._session is not None:
+            self._session.run(self._reset_locals)
 
     def flush(self) -> None:
-        """Flushes every summary writer `fn` created."""
-        if self._flush:
+        """Flushes every summary writer `fn` created, if a Session is open."""
+        if self._session is not None and self._flush:
             self._session.run(self._flush)
 
     def close(self) -> None:
-        """Flushes and releases the session."""
-        self.flush()
-        self._session.close()
-
-
-def _is_eager_only_error(error: Exception) -> bool:
-    return "eager execution" in str(error)
+        """Flushes and closes the Session; the next run opens a new one."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            self.flush()
+        finally:
+            self._session = None
+            session.close()
 
 
 class HostMetrics:
     """`eval_metrics=(metric_fn, tensors)` accumulated over every step of one evaluation.
 
-    `metric_fn` returns `{name: (value, update_op)}` built from
-    `tf.compat.v1.metrics.*` (run in a host graph and session), or
-    `{name: keras.metrics.Metric}` (called eagerly each step; create the
-    metrics once, outside `metric_fn`).
+    `metric_fn` returns `{name: (value, update_op)}` from `tf.compat.v1.metrics`
+    (run in a host graph), or `{name: keras.metrics.Metric}` (created once,
+    outside it; called eagerly each step). With a host graph `update_steps`
+    runs an execution in one Session call: `metric_fn` is called again inside
+    a `tf.while_loop` over the steps, on the variables its first call created,
+    so the updates are exactly those of a call per step (which it falls back
+    to when that second call cannot be built).
+
+    Args:
+        part: The plan's `eval_metrics` part.
+        padded: Each step comes with a padding mask (rows to drop).
+        batched: Try the one-call-per-execution loop (False: one call per step).
 
     Example:
 
     ```python
-    metrics = HostMetrics(metric_fn, None, specs)
-    metrics.reset()
-    metrics.update(step_values)
+    metrics = HostMetrics(plan.eval_metrics, padded=True)
+    metrics.update_steps(stacked_values, stacked_mask, steps=4)
     metrics.result()     # {"accuracy": 0.75}
     ```
     """
 
-    def __init__(self, fn: Callable, keys: list[str] | None, specs: Sequence[tf.TensorSpec]):
-        self._fn, self._keys, self._specs = fn, keys, list(specs)
+    def __init__(self, part: HostPart, padded: bool, batched: bool = True):
+        self.part = part
+        self._padded, self._batched = padded, batched
         self._graph_metrics: HostFunction | None = None
         self._keras_metrics: dict[str, keras.metrics.Metric] | None = None
+        self._values: dict = {}
+        self._loop: int | None = None  # the graph's callable index of the loop over steps
+        self._last: dict[str, float] | None = None  # results when the Session closed
+
+    @property
+    def batched(self) -> bool:
+        """Whether executions run in one Session call (known after the first step)."""
+        return self._loop is not None
 
     def _start(self, values: Sequence[np.ndarray]) -> None:
         try:
-            result = _call("eval_metrics", self._fn, self._keys, [tf.constant(v) for v in values])
+            result = self.part.call([tf.constant(v) for v in values])
         except RuntimeError as error:
-            if not _is_eager_only_error(error):
+            if "eager execution" not in str(error):
                 raise
             result = None
         if isinstance(result, dict) and result and all(
@@ -196,10 +196,10 @@ class HostMetrics:
             for metric in result.values():
                 metric.reset_state()
             return
-        self._graph_metrics = HostFunction(
-            "eval_metrics", self._fn, self._keys, self._specs, fetch=self._updates
-        )
+        self._graph_metrics = HostFunction(self.part, fetch=self._updates)
         self._values = {name: pair[0] for name, pair in self._graph_metrics.result.items()}
+        if self._batched:
+            self._loop = self._build_loop()
 
     @staticmethod
     def _updates(result: Any) -> list:
@@ -207,152 +207,264 @@ class HostMetrics:
             isinstance(pair, (tuple, list)) and len(pair) == 2 for pair in result.values()
         ):
             raise TypeError(
-                f"eval_metric_ops must be a dict, given: {result}. "
-                "metric_fn must return a dict {name: (value, update_op)} built from "
-                "tf.compat.v1.metrics.*, or a dict {name: keras.metrics.Metric}. "
-                f"Received: {result!r}"
+                f"eval_metric_ops must be a dict, given: {result}. metric_fn must return a dict "
+                "{name: (value, update_op)} built from tf.compat.v1.metrics.*, or a dict "
+                f"{{name: keras.metrics.Metric}}. Received: {result!r}"
             )
         return [pair[1] for pair in result.values()]
 
-    def close(self) -> None:
-        """Closes the metric graph's session, if any."""
-        if self._graph_metrics is not None:
-            self._graph_metrics.close()
+    def _build_loop(self) -> int | None:
+        """Adds a loop running `metric_fn`'s updates once per stacked step; its index, or None.
+
+        Feeds: the step count, the tensors stacked over steps, the mask.
+        """
+        host, part = self._graph_metrics, self.part
+        try:
+            with host.graph.as_default(), tf.name_scope("execution"):
+                steps = tf.compat.v1.placeholder(tf.int32, [])
+                stacked = [tf.compat.v1.placeholder(s.dtype, [None, *s.shape]) for s in part.specs]
+                mask = tf.compat.v1.placeholder(tf.float32, [None, None]) if self._padded else None
+
+                def one_step(index: tf.Tensor) -> tf.Tensor:
+                    values = [tf.gather(v, index) for v in stacked]
+                    if mask is not None:  # as drop_padding: per-row tensors lose padded rows
+                        keep = tf.gather(mask, index) > 0.5
+                        values = [
+                            tf.boolean_mask(v, keep) if row else v
+                            for v, row in zip(values, part.per_row, strict=True)
+                        ]
+                    pending = list(host.variables)
+
+                    def replay(next_creator: Callable, **kwargs: Any) -> Any:
+                        # The variables the build-time call created, in the same order.
+                        if not pending or pending[0][1] != kwargs.get("name"):
+                            raise ValueError("metric_fn creates other variables when called again")
+                        return pending.pop(0)[0]
+
+                    with tf.variable_creator_scope(replay):
+                        result = part.call(values, warn=False)
+                    if pending:
+                        raise ValueError("metric_fn creates fewer variables when called again")
+                    with tf.control_dependencies(tf.nest.flatten(self._updates(result))):
+                        return index + 1
+
+                # One iteration at a time: a step's updates finish before the next step's start.
+                done = tf.while_loop(
+                    lambda index: index < steps, one_step, [tf.constant(0)], parallel_iterations=1
+                )
+            feeds = [steps, *stacked] + ([mask] if mask is not None else [])
+            return host.add_callable(done, feeds)
+        except Exception as error:  # any failure: the per-step path gives the same results
+            _log.debug("eval_metrics run once per step: no loop over steps (%s)", error)
+            return None
+
+    def prepare(self, values: Sequence[np.ndarray], mask: np.ndarray | None, steps: int) -> None:
+        """Opens the Session and runs the loop over no steps on the calling thread (no effect)."""
+        host = self._graph_metrics
+        if host is not None and self._loop is not None and steps > 1 and not host.ran(self._loop):
+            empty = [np.int32(0), *(v[:0] for v in values)]
+            host.run(self._loop, empty + ([mask[:0]] if mask is not None else []))
 
     def reset(self) -> None:
         """Starts a new evaluation: all accumulators to zero."""
+        self._last = None
         if self._graph_metrics is not None:
             self._graph_metrics.reset_local_variables()
         for metric in (self._keras_metrics or {}).values():
             metric.reset_state()
 
     def update(self, values: Sequence[np.ndarray]) -> None:
-        """Adds one step's gathered tensors."""
+        """Adds one step's gathered tensors (padded rows already dropped)."""
         if self._graph_metrics is None and self._keras_metrics is None:
             self._start(values)
         if self._graph_metrics is not None:
             self._graph_metrics(values)
         else:
-            _call("eval_metrics", self._fn, self._keys, [tf.constant(v) for v in values])
+            self.part.call([tf.constant(v) for v in values])
+
+    def update_steps(self, values: Sequence[np.ndarray], mask: np.ndarray | None, steps: int) -> None:
+        """Adds an execution's steps: `values` stacked `[steps, ...]`, `mask` `[steps, rows]`."""
+        def step(index: int) -> list:
+            step_values = [v[index] for v in values]
+            return step_values if mask is None else drop_padding(step_values, mask[index])
+
+        if steps <= 0:
+            return
+        if self._graph_metrics is None and self._keras_metrics is None:
+            self._start(step(0))
+        host, loop = self._graph_metrics, self._loop
+        # The loop drops the rows of tensors per-row at build, the per-step rule looks at each
+        # step: they must agree. One step runs faster alone, unless only the loop is ready.
+        if loop is not None and (steps > 1 or (host.ran(loop) and not host.ran(0))) and (
+            mask is None or tuple(v.shape[1:2] == mask.shape[1:2] for v in values) == self.part.per_row
+        ):
+            feeds = [np.int32(steps), *(v[:steps] for v in values)]
+            host.run(loop, feeds + ([mask[:steps]] if mask is not None else []))
+            return
+        for index in range(steps):
+            self.update(step(index))
 
     def result(self) -> dict[str, float]:
-        """`{name: value}` over every step since `reset`."""
-        if self._graph_metrics is not None:
-            values = self._graph_metrics.evaluate(self._values)
+        """`{name: value}` over every step since `reset` (or of the last evaluation, once closed)."""
+        host = self._graph_metrics
+        if host is not None and not host.is_open and self._last is not None:
+            return dict(self._last)
+        if host is not None:
+            with contextlib.ExitStack() as closing:
+                if not host.is_open:  # no step since `reset`: a new Session's initial values
+                    closing.callback(host.close)
+                values = host.evaluate(self._values)
         elif self._keras_metrics is not None:
             values = {name: m.result() for name, m in self._keras_metrics.items()}
         else:
             return {}
         return {name: float(np.asarray(value)) for name, value in values.items()}
 
+    def close(self, keep_results: bool = True) -> None:
+        """Closes the metric graph's Session, keeping its results for `result` (if asked)."""
+        if self._graph_metrics is None or not self._graph_metrics.is_open:
+            return
+        try:
+            if keep_results:
+                self._last = self.result()
+        finally:
+            self._graph_metrics.close()
+
 
 class HostRunner:
-    """The host side of one model: its host functions per mode, eval metrics and the host thread.
+    """The host side of one model: its host plans and functions per mode, and the host thread.
 
     Args:
         every_n_steps: `experimental_host_call_every_n_steps`: in TRAIN, `fn`
             runs for steps whose 0-based global step is a multiple of it.
+        batch_eval_metrics: Run `eval_metrics` once per execution when it can
+            (False: once per step; the results are the same).
 
     Example:
 
     ```python
     runner = HostRunner(every_n_steps=1)
-    specs = runner.record("train", spec, replicas=4, padded=False)   # at build
-    runner.submit("train", host_arrays, first_step=0, steps=4)      # after an execution
-    runner.finish("train")                                          # drain and flush
+    runner.record("eval", spec, replicas=4, padded=True)           # at build: host_spec
+    with runner.running("eval"):                                   # one evaluate call
+        runner.submit("eval", host_arrays, first_step=0, steps=4)  # after an execution
+        results = runner.metric_results()                          # {"accuracy": 0.75}
+    # drained, summary writers flushed, Sessions and the thread closed
     ```
     """
 
-    def __init__(self, every_n_steps: int = 1):
+    def __init__(self, every_n_steps: int = 1, batch_eval_metrics: bool = True):
         self.every_n_steps = every_n_steps
+        self.batch_eval_metrics = batch_eval_metrics
+        self._plans: dict[str, HostPlan | None] = {}
         self._host_calls: dict[str, HostFunction] = {}
-        self._padded: dict[str, bool] = {}
         self.metrics: HostMetrics | None = None
         self._worker: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: concurrent.futures.Future | None = None
-
-    @staticmethod
-    def tensors(spec: Any, mode: str) -> list:
-        """The spec's host tensors in transfer order: `host_call`'s, then `eval_metrics`'."""
-        tensors = []
-        if getattr(spec, "host_call", None) is not None:
-            tensors += split_host_call("host_call", spec.host_call)[2]
-        if mode == "eval" and getattr(spec, "eval_metrics", None) is not None:
-            tensors += split_host_call("eval_metrics", spec.eval_metrics)[2]
-        return tensors
+        self._calls: list[str] = []  # modes of the calls in progress (validation inside fit)
 
     def record(
         self, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None
-    ) -> list | None:
-        """Checks `spec`'s host tensors at build and makes their host functions.
+    ) -> list[tf.TensorSpec] | None:
+        """Makes `mode`'s plan at build (`HostPlan.from_spec`) and builds its host functions.
 
-        `rows`: with `padded`, the per-replica batch that tensors without a
-        static row count are padded to on the device (EVAL on the CPU path).
-
-        Returns:
-            Per-replica `tf.TensorSpec`s of what each step sends to the host
-            (the padding mask last when `padded`), or None when nothing is sent.
+        Returns `plan(mode).specs` (the loop's `host_spec`), or None when nothing is sent.
         """
-        def gathered(tensor: Any) -> tf.TensorSpec:
-            shape = tensor.shape.as_list()
-            # Padded rows are dropped before the host sees them: any row count.
-            shape[0] = None if padded or shape[0] is None else shape[0] * replicas
-            return tf.TensorSpec(shape, tensor.dtype)
-
-        tensors = []
-        if getattr(spec, "host_call", None) is not None:
-            fn, keys, call_tensors = split_host_call("host_call", spec.host_call)
-            check_batch_major("host_call", call_tensors, keys)
-            tensors += call_tensors
-            if mode not in self._host_calls:
-                specs = [gathered(t) for t in call_tensors]
-                self._host_calls[mode] = HostFunction("host_call", fn, keys, specs)
-        if mode == "eval" and getattr(spec, "eval_metrics", None) is not None:
-            fn, keys, metric_tensors = split_host_call("eval_metrics", spec.eval_metrics)
-            check_batch_major("eval_metrics", metric_tensors, keys)
-            tensors += metric_tensors
-            self.metrics = HostMetrics(fn, keys, [gathered(t) for t in metric_tensors])
-        self._padded[mode] = padded
-        if not tensors:
+        plan = HostPlan.from_spec(mode, spec, replicas, padded, rows)
+        self._plans[mode] = plan
+        if plan is None:
             return None
-        specs = [
-            tf.TensorSpec([rows if t.shape[0] is None else t.shape[0], *t.shape[1:]], t.dtype)
-            for t in tensors
-        ]
-        if padded:
-            specs.append(tf.TensorSpec([rows or specs[0].shape[0]], tf.float32))
-        return specs
+        if plan.host_call is not None and mode not in self._host_calls:
+            self._host_calls[mode] = HostFunction(plan.host_call)
+        if plan.eval_metrics is not None:
+            if self.metrics is not None:
+                self.metrics.close(keep_results=False)
+            self.metrics = HostMetrics(plan.eval_metrics, padded, self.batch_eval_metrics)
+        return plan.specs
 
-    def _step(self, mode: str, values: list, step_index: int) -> None:
-        if self._padded.get(mode):
-            # Per-row tensors lose their padded rows; others (a [1] step) pass as they are.
-            keep = values[-1] > 0.5
-            values = [v[keep] if v.shape[:1] == keep.shape else v for v in values[:-1]]
-        host_call = self._host_calls.get(mode)
-        count = 0
+    def plan(self, mode: str) -> HostPlan | None:
+        """`mode`'s plan (from `record`), or None when its steps send nothing to the host."""
+        return self._plans.get(mode)
+
+    @contextlib.contextmanager
+    def running(self, mode: str) -> Iterator[HostRunner]:
+        """One `fit` / `evaluate` / `predict` call's host side.
+
+        Entering starts the call's metrics at zero; Sessions open at its first
+        host step. Exiting, also on an error, drains the host thread, flushes
+        summary writers and closes `mode`'s Sessions (the thread and every
+        Session when no other call is in progress: calls nest, as validation
+        in `fit`). A host error found while the body raised is only logged.
+        """
+        if mode == ModeKeys.EVAL and self.metrics is not None:
+            self.metrics.reset()
+        self._calls.append(mode)
+        try:
+            yield self
+        except BaseException:
+            self._calls.remove(mode)
+            try:
+                self._end(mode, failed=True)
+            except Exception:  # the body's error wins
+                _log.warning("Host error while ending a %s call that failed", mode, exc_info=True)
+            raise
+        self._calls.remove(mode)
+        self._end(mode, failed=False)
+
+    def _end(self, mode: str, failed: bool) -> None:
+        keep_results = False
+        try:
+            self.drain()
+            keep_results = not failed
+        finally:
+            everything, ending = not self._calls, mode not in self._calls
+            with contextlib.ExitStack() as closing:  # every close runs, whatever raises
+                if everything:
+                    closing.callback(self._stop_thread)
+                for name, host_call in self._host_calls.items():
+                    if everything or (ending and name == mode):
+                        closing.callback(host_call.close)
+                if self.metrics is not None and (everything or (ending and mode == ModeKeys.EVAL)):
+                    closing.callback(self.metrics.close, keep_results)
+
+    def metric_results(self) -> dict[str, float]:
+        """`{name: value}` of `eval_metrics` over the current (or last) evaluation; drains first."""
+        self.drain()
+        return self.metrics.result() if self.metrics is not None else {}
+
+    def _run_execution(self, mode: str, host: list, first_step: int, steps: int) -> None:
+        plan = self._plans[mode]
+        values = plan.split(host)
+        host_call = self._host_calls.get(mode) if plan.host_call is not None else None
         if host_call is not None:
-            count = host_call.num_inputs
-            if mode != "train" or step_index % self.every_n_steps == 0:
-                host_call(values[:count])
-        if mode == "eval" and self.metrics is not None:
-            self.metrics.update(values[count:])
-
-    def _steps(self, mode: str, host: list, first_step: int, steps: int) -> None:
-        for index in range(steps):
-            self._step(mode, [tensor[index] for tensor in host], first_step + index)
+            for index in range(steps):
+                if mode == ModeKeys.TRAIN and (first_step + index) % self.every_n_steps:
+                    continue
+                step = [v[index] for v in values.host_call]
+                host_call(step if values.mask is None else drop_padding(step, values.mask[index]))
+        if plan.eval_metrics is not None and self.metrics is not None:
+            self.metrics.update_steps(values.eval_metrics, values.mask, steps)
 
     def submit(self, mode: str, host: list, first_step: int, steps: int) -> None:
         """Runs an execution's host steps on the host thread while the next execution runs.
 
-        One thread keeps the steps in order; at most one execution's work is
-        pending, and its errors are raised here or at `drain`.
+        `host`: the arrays of `plan(mode).specs`, gathered over local replicas
+        and stacked over steps. One thread keeps the steps in order; at most
+        one execution is pending; its errors are raised here or at `drain`.
         """
         self.drain()
+        plan = self._plans[mode]
+        # Sessions open here: a Session's first runs cost 20-30 ms more on a thread
+        # that never ran one (oneDNN's set-up), and the host thread is new in each call.
+        if plan.host_call is not None and mode in self._host_calls:
+            self._host_calls[mode].open()
+        if plan.eval_metrics is not None and self.metrics is not None:
+            values = plan.split(host)
+            self.metrics.prepare(values.eval_metrics, values.mask, steps)
         if self._worker is None:
             self._worker = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="keras_tpu_estimator_host"
             )
-        self._pending = self._worker.submit(self._steps, mode, host, first_step, steps)
+        self._pending = self._worker.submit(self._run_execution, mode, host, first_step, steps)
 
     def drain(self) -> None:
         """Waits for pending host steps; re-raises their error in the caller."""
@@ -360,27 +472,17 @@ class HostRunner:
         if pending is not None:
             pending.result()
 
-    def finish(self, mode: str) -> None:
-        """Drains the host thread, flushes `mode`'s summary writers and ends the thread.
-
-        The thread is started again by the next `submit`.
-        """
-        try:
-            self.drain()
-        finally:
-            if self._worker is not None:
-                self._worker.shutdown(wait=True)
-                self._worker = None
-        if mode in self._host_calls:
-            self._host_calls[mode].flush()
+    def _stop_thread(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
 
     def close(self) -> None:
-        """Ends the thread and closes every host function's session (the runner is done)."""
-        try:
-            self.finish("")
-        finally:
+        """Ends the thread and closes every Session (a later call opens new ones)."""
+        with contextlib.ExitStack() as closing:
             for host_call in self._host_calls.values():
-                host_call.close()
+                closing.callback(host_call.close)
             if self.metrics is not None:
-                self.metrics.close()
-            self._host_calls.clear()
+                closing.callback(self.metrics.close)
+            closing.callback(self._stop_thread)
+            self.drain()

@@ -282,20 +282,9 @@ class ModelFnRunner:
         return tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
 
     def _host_values(self, mode: str, spec: Any, mask: Any, features: Any = None) -> list:
-        specs = self.modes[mode].host_spec
-        if specs is None:
-            return []
-        tensors = HostRunner.tensors(spec, mode)
-        if mask is None and mode == ModeKeys.EVAL:  # unpadded: pad per-row tensors, add a mask
-            rows = tf.shape(tf.nest.flatten(features)[0])[0]
-            size = specs[-1].shape[0]
-            mask = tf.pad(tf.ones([rows]), [[0, size - rows]])
-            tensors = [
-                tf.ensure_shape(tf.pad(t, [[0, size - rows]] + [[0, 0]] * (t.shape.rank - 1)), s.shape)
-                if t.shape[0] is None else t
-                for t, s in zip(tensors, specs[:-1], strict=True)
-            ]
-        return tensors + ([mask] if mask is not None else [])
+        """What one step sends to the host, in the host plan's order (`host_plan.py`)."""
+        plan = self.host.plan(mode)
+        return [] if plan is None else plan.device_values(spec, mask, features)
 
     def _static(self, mode: str, data: Any) -> Any:
         """`data` with the static per-replica shapes of the build.

@@ -157,8 +157,8 @@ class EstimatorTrainer:
         stop = StopRequests()
         take_resumed_epoch(self)  # drop an epoch an earlier fit's backup left; on_train_begin may set it
         with stop.installed():  # until the end: a signal during on_train_end waits for it
-            epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
-            self._runner.host.finish(ModeKeys.TRAIN)
+            with self._runner.host.running(ModeKeys.TRAIN):  # host sessions and thread for this call
+                epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
             self._driver.cached_global_step = None  # the variable is the truth again
             self._driver.forget_iterator()
             callbacks.on_train_end(logs=epoch_logs)
@@ -296,26 +296,23 @@ class EstimatorTrainer:
             [as_callback(c) for c in list(callbacks or []) + self._runner.modes[ModeKeys.EVAL].hooks],
             add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
         )
-        host = self._runner.host
-        if host.metrics is not None:
-            host.metrics.reset()
         self._runner.store.reset_local_variables()  # as each TF1 evaluation's new session
-        callbacks.on_test_begin()
         logs: dict = {}
-        done, loss_sum, weight_sum, last_outputs = 0, 0.0, 0.0, None
-        for execution in self._driver.executions(
-            ModeKeys.EVAL, function, iter(dataset), callbacks, steps=steps
-        ):
-            done += execution.steps
-            last_outputs = execution.outputs  # the in-step metrics' values, stacked over steps
-            loss_sum, weight_sum = loss_sum + execution.loss_sum, weight_sum + execution.weight_sum
-            logs["loss"] = loss_sum / max(weight_sum, 1e-12)
-            execution.logs = dict(logs)
-        self._driver.forget_iterator()
-        if done == 0:
-            raise ValueError("evaluate() ran no steps: the input is empty.")
-        host.finish(ModeKeys.EVAL)
-        metrics = dict(host.metrics.result()) if host.metrics is not None else {}
+        with self._runner.host.running(ModeKeys.EVAL):  # fresh host sessions: metrics from zero
+            callbacks.on_test_begin()
+            done, loss_sum, weight_sum, last_outputs = 0, 0.0, 0.0, None
+            for execution in self._driver.executions(
+                ModeKeys.EVAL, function, iter(dataset), callbacks, steps=steps
+            ):
+                done += execution.steps
+                last_outputs = execution.outputs  # the in-step metrics' values, stacked over steps
+                loss_sum, weight_sum = loss_sum + execution.loss_sum, weight_sum + execution.weight_sum
+                logs["loss"] = loss_sum / max(weight_sum, 1e-12)
+                execution.logs = dict(logs)
+            self._driver.forget_iterator()
+            if done == 0:
+                raise ValueError("evaluate() ran no steps: the input is empty.")
+            metrics = self._runner.host.metric_results()
         metrics.update(self._runner.metrics.result(last_outputs))
         for name, quote in (("loss", '"'), ("global_step", "`")):
             if name in metrics:  # the original's check: a silent overwrite otherwise
@@ -361,21 +358,21 @@ class EstimatorTrainer:
         )
         rows = self._runner.modes[ModeKeys.PREDICT].batch.global_size
         callbacks.on_predict_begin()
-        for execution in self._driver.executions(
-            ModeKeys.PREDICT, function, iter(dataset), callbacks, steps=steps
-        ):
-            predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
-            keep = mask > 0.5
-            if by_step:
-                for index in range(execution.steps):
-                    batch = _real_rows(predictions, keep, slice(index * rows, (index + 1) * rows))
-                    yield batch
-            else:  # one boolean selection per output for the whole execution
-                yield _real_rows(predictions, keep, slice(None))
-                batch = _real_rows(predictions, keep, slice((execution.steps - 1) * rows, None))
-            execution.logs = {"outputs": batch}
-        self._driver.forget_iterator()
-        self._runner.host.finish(ModeKeys.PREDICT)
+        with self._runner.host.running(ModeKeys.PREDICT):
+            for execution in self._driver.executions(
+                ModeKeys.PREDICT, function, iter(dataset), callbacks, steps=steps
+            ):
+                predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
+                keep = mask > 0.5
+                if by_step:
+                    for index in range(execution.steps):
+                        batch = _real_rows(predictions, keep, slice(index * rows, (index + 1) * rows))
+                        yield batch
+                else:  # one boolean selection per output for the whole execution
+                    yield _real_rows(predictions, keep, slice(None))
+                    batch = _real_rows(predictions, keep, slice((execution.steps - 1) * rows, None))
+                execution.logs = {"outputs": batch}
+            self._driver.forget_iterator()
         callbacks.on_predict_end()
 
     def predict(

@@ -1,5 +1,6 @@
-"""host_call and eval_metrics: gathered across replicas, run on the host once per step."""
+"""host_call and eval_metrics: gathered across replicas, run on the host (host_call per step, eval_metrics per execution)."""
 
+import collections
 import threading
 
 import keras
@@ -8,6 +9,8 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
+from keras_tpu_estimator import host as kte_host
+from keras_tpu_estimator import host_plan as kte_host_plan
 from tests import models
 
 
@@ -285,7 +288,12 @@ def test_the_host_thread_ends_with_each_call_and_facade_calls_close_their_sessio
     model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=2)], verbose=0)
     assert len(calls) == 6 and host_threads() == []
 
-    estimator = kte.TPUEstimator(metric_model_fn("list"), config=kte.RunConfig(model_dir=str(tmp_path)),
+    def metric_and_host_call_model_fn(features, labels, mode, params):
+        # With use_tpu=False TF1 metric pairs may run inside the step: the host_call keeps a host Session.
+        spec = metric_model_fn("list")(features, labels, mode, params)
+        return spec._replace(host_call=(lambda ids: tf.identity(ids), [features["id"]]))
+
+    estimator = kte.TPUEstimator(metric_and_host_call_model_fn, config=kte.RunConfig(model_dir=str(tmp_path)),
                                  train_batch_size=32, eval_batch_size=32, use_tpu=False)
     opened = []
     original = tf.compat.v1.Session.__init__
@@ -304,3 +312,309 @@ def test_the_host_thread_ends_with_each_call_and_facade_calls_close_their_sessio
         with pytest.raises(RuntimeError, match="closed Session"):
             session.run([])
     assert host_threads() == []
+
+
+# ---------------------------------------------------------------- the host runner on its own
+# HostRunner fed what the device loop hands it: per execution, each tensor stacked
+# [steps, rows of all replicas, ...] and the padding mask last.
+
+Spec = collections.namedtuple("Spec", ["host_call", "eval_metrics"], defaults=(None, None))
+ROWS, REPLICAS = 8, 2  # per replica; a step gathers 16 rows
+METRIC_SPECS = {  # per replica, as model_fn returns them
+    "labels": tf.TensorSpec([ROWS], tf.int64),
+    "predictions": tf.TensorSpec([ROWS], tf.int64),
+    "weights": tf.TensorSpec([ROWS], tf.float32),
+    "scores": tf.TensorSpec([ROWS, 2], tf.float32),
+    "offset": tf.TensorSpec([1], tf.float32),  # one row per replica: never loses rows
+}
+
+
+def all_metrics(labels, predictions, weights, scores, offset):
+    positive, score = tf.equal(labels, 1), scores[:, 0]
+    return {
+        "accuracy": tf.compat.v1.metrics.accuracy(labels, predictions, weights=weights),
+        "mean": tf.compat.v1.metrics.mean(score, weights=weights),
+        "auc": tf.compat.v1.metrics.auc(positive, tf.sigmoid(score)),
+        "precision": tf.compat.v1.metrics.precision(positive, tf.equal(predictions, 1)),
+        "recall": tf.compat.v1.metrics.recall(positive, tf.equal(predictions, 1)),
+        "mse": tf.compat.v1.metrics.mean_squared_error(tf.cast(labels, tf.float32), score),
+        "offset": tf.compat.v1.metrics.mean(offset),
+    }
+
+
+def executions(seed, steps=(4, 4, 3)):
+    """Stacked metric arrays (METRIC_SPECS' order) and mask; padding in each replica's last rows."""
+    rng = np.random.default_rng(seed)
+    result = []
+    for count in steps:
+        rows = ROWS * REPLICAS
+        mask = np.ones([count, rows], np.float32)
+        mask[-1, ROWS - 3 : ROWS] = 0  # the execution's last step is partial in both replicas
+        mask[-1, 2 * ROWS - 5 :] = 0
+        result.append([
+            rng.integers(0, 3, [count, rows]),
+            rng.integers(0, 3, [count, rows]),
+            rng.random([count, rows]).astype(np.float32),
+            rng.normal(size=[count, rows, 2]).astype(np.float32),
+            rng.normal(size=[count, REPLICAS]).astype(np.float32),
+            mask,
+        ])
+    result[-1][-1][0] = 0  # and a step of padding only
+    return result
+
+
+def metric_runner(metric_fn=all_metrics, tensors=None, batched=True):
+    runner = kte_host.HostRunner(batch_eval_metrics=batched)
+    tensors = list(METRIC_SPECS.values()) if tensors is None else tensors
+    specs = runner.record("eval", Spec(eval_metrics=(metric_fn, tensors)), REPLICAS, padded=True)
+    assert specs == runner.plan("eval").specs and specs[-1] == tf.TensorSpec([ROWS], tf.float32)
+    return runner
+
+
+def evaluate(runner, arrays):
+    with runner.running("eval"):
+        for execution in arrays:
+            runner.submit("eval", execution, first_step=0, steps=len(execution[0]))
+        return runner.metric_results()
+
+
+def test_metrics_in_one_loop_per_execution_equal_a_call_per_step_bit_for_bit():
+    arrays = executions(seed=1, steps=(4, 1, 4, 3))
+    batched, per_step = metric_runner(), metric_runner(batched=False)
+    results = evaluate(batched, arrays)
+    assert batched.metrics.batched and not per_step.metrics.batched
+    assert results == evaluate(per_step, arrays)  # exact: same values in the same order
+    assert set(results) == {"accuracy", "mean", "auc", "precision", "recall", "mse", "offset"}
+    labels = np.concatenate([e[0][e[5] > 0.5] for e in arrays])  # padded rows are out
+    predictions = np.concatenate([e[1][e[5] > 0.5] for e in arrays])
+    assert results["precision"] == pytest.approx(np.mean(labels[predictions == 1] == 1), rel=1e-6)
+    offsets = np.concatenate([e[4].ravel() for e in arrays])  # [1] per replica: every step's
+    assert results["offset"] == pytest.approx(offsets.mean(), rel=1e-6)
+
+
+def test_keyword_tensors_in_one_loop_per_execution():
+    def metric_fn(**tensors):
+        return all_metrics(**tensors)
+
+    arrays = executions(seed=2)
+    order = sorted(METRIC_SPECS)  # dict tensors travel in sorted key order
+    keyed = [[e[list(METRIC_SPECS).index(k)] for k in order] + [e[-1]] for e in arrays]
+    runner = metric_runner(metric_fn, dict(METRIC_SPECS))
+    results = evaluate(runner, keyed)
+    assert runner.metrics.batched
+    assert results == evaluate(metric_runner(batched=False), arrays)
+
+
+@pytest.fixture
+def session_calls(monkeypatch):
+    """Every Session call: `run`, or a callable from `make_callable` (not counting its own `run`)."""
+    calls, inside = [], []
+    make_callable, run = tf.compat.v1.Session.make_callable, tf.compat.v1.Session.run
+
+    def counted_make_callable(session, *args, **kwargs):
+        prepared = make_callable(session, *args, **kwargs)
+
+        def call(*a, **k):
+            calls.append("run")
+            inside.append(True)
+            try:
+                return prepared(*a, **k)
+            finally:
+                inside.pop()
+
+        return call
+
+    def counted_run(session, *args, **kwargs):
+        if not inside:
+            calls.append("run")
+        return run(session, *args, **kwargs)
+
+    monkeypatch.setattr(tf.compat.v1.Session, "make_callable", counted_make_callable)
+    monkeypatch.setattr(tf.compat.v1.Session, "run", counted_run)
+    return calls
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_one_session_call_per_execution_with_eval_metrics(session_calls, batched):
+    first, *rest = executions(seed=3, steps=(2, 5, 3, 4))
+    runner = metric_runner(batched=batched)
+    with runner.running("eval"):
+        runner.submit("eval", first, first_step=0, steps=2)
+        runner.drain()  # opens the Session, initializes the variables
+        session_calls.clear()
+        for execution in rest:
+            runner.submit("eval", execution, first_step=0, steps=len(execution[0]))
+        runner.drain()
+        assert session_calls == ["run"] * (3 if batched else 12)
+
+
+def host_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("keras_tpu_estimator_host")]
+
+
+@pytest.fixture
+def opened_sessions(monkeypatch):
+    opened = []
+    original = tf.compat.v1.Session.__init__
+
+    def recording_init(session, *args, **kwargs):
+        original(session, *args, **kwargs)
+        opened.append(session)
+
+    monkeypatch.setattr(tf.compat.v1.Session, "__init__", recording_init)
+    return opened
+
+
+def is_closed(session):
+    try:
+        session.run([])
+    except RuntimeError as error:
+        assert "closed Session" in str(error)
+        return True
+    return False
+
+
+def host_call_runner(calls, fail_at=None):
+    def record(ids):
+        if fail_at is not None and len(calls) == fail_at:
+            raise ZeroDivisionError("host side failure")
+        calls.append(ids.copy())
+        return np.int64(0)
+
+    def host_fn(ids):
+        return tf.numpy_function(record, [ids], tf.int64)
+
+    runner = metric_runner()
+    runner.record("train", Spec(host_call=(host_fn, [tf.TensorSpec([ROWS], tf.int64)])), REPLICAS, padded=False)
+    return runner
+
+
+def test_a_call_closes_its_sessions_and_the_thread_and_the_next_starts_at_zero(opened_sessions):
+    arrays = executions(seed=4)
+    runner = metric_runner()
+    first = evaluate(runner, arrays)
+    assert len(opened_sessions) == 1 and is_closed(opened_sessions[0]) and host_threads() == []
+    assert runner.metric_results() == first  # kept from the closed Session
+    with runner.running("eval"):  # before any step: a new Session's initial values, not the last call's
+        assert set(runner.metric_results().values()) == {0.0}
+    assert all(is_closed(s) for s in opened_sessions)
+    # A new call: a new Session, accumulators at zero, the same graph.
+    assert evaluate(runner, arrays[:1]) == evaluate(metric_runner(), arrays[:1])
+    assert evaluate(runner, arrays) == first
+    assert all(is_closed(s) for s in opened_sessions) and host_threads() == []
+
+
+def test_sessions_and_the_thread_close_when_the_call_raises(opened_sessions):
+    calls = []
+    runner = host_call_runner(calls)
+    with pytest.raises(KeyError):
+        with runner.running("eval"):
+            runner.submit("eval", executions(seed=5)[0], first_step=0, steps=4)
+            with runner.running("train"):  # nested, as validation inside fit
+                runner.submit("train", [np.arange(16 * 3).reshape(3, 16)], first_step=0, steps=3)
+                raise KeyError("the body's error")
+    assert len(calls) == 3 and len(opened_sessions) == 2
+    assert all(is_closed(s) for s in opened_sessions) and host_threads() == []
+
+
+def test_a_host_error_while_the_body_raises_does_not_mask_it(opened_sessions):
+    calls = []
+    runner = host_call_runner(calls, fail_at=1)
+    with pytest.raises(KeyError, match="the body's error"):
+        with runner.running("train"):
+            runner.submit("train", [np.arange(16 * 3).reshape(3, 16)], first_step=0, steps=3)
+            raise KeyError("the body's error")
+    assert all(is_closed(s) for s in opened_sessions) and host_threads() == []
+    # Without a body error, the host error is raised at the end of the call.
+    with pytest.raises(tf.errors.UnknownError, match="host side failure"):
+        with runner.running("train"):
+            runner.submit("train", [np.arange(16 * 3).reshape(3, 16)], first_step=0, steps=3)
+    assert all(is_closed(s) for s in opened_sessions) and host_threads() == []
+
+
+def test_a_nested_call_closes_only_its_own_sessions(opened_sessions):
+    calls = []
+    runner = host_call_runner(calls)
+    with runner.running("train"):
+        runner.submit("train", [np.arange(16).reshape(1, 16)], first_step=0, steps=1)
+        with runner.running("eval"):
+            runner.submit("eval", executions(seed=6)[0], first_step=0, steps=4)
+        train_session, eval_session = opened_sessions
+        assert is_closed(eval_session) and not is_closed(train_session) and host_threads()
+        runner.submit("train", [np.arange(16, 32).reshape(1, 16)], first_step=1, steps=1)
+    assert is_closed(train_session) and host_threads() == [] and len(calls) == 2
+
+
+@pytest.mark.parametrize("second_call", ["raises", "more_variables", "fewer_variables"])
+def test_metric_fns_that_cannot_run_in_a_loop_run_per_step_with_the_same_results(second_call, session_calls):
+    graph_calls = []
+
+    def metric_fn(labels, predictions, weights, scores, offset):
+        graph_calls.append(tf.executing_eagerly())
+        again = graph_calls.count(False) > 1  # the call inside the loop
+        if again and second_call == "raises":
+            raise ValueError("only once")
+        if again and second_call == "fewer_variables":
+            return {"accuracy": tf.compat.v1.metrics.accuracy(labels, predictions)}
+        result = all_metrics(labels, predictions, weights, scores, offset)
+        if again and second_call == "more_variables":
+            tf.compat.v1.metrics.mean(offset)
+        return result
+
+    arrays = executions(seed=7)
+    runner = metric_runner(metric_fn)
+    with runner.running("eval"):
+        runner.submit("eval", arrays[0], first_step=0, steps=4)
+        runner.drain()
+        session_calls.clear()
+        runner.submit("eval", arrays[1], first_step=0, steps=4)
+        runner.drain()
+        assert session_calls == ["run"] * 4 and not runner.metrics.batched
+        runner.submit("eval", arrays[2], first_step=0, steps=3)
+        results = runner.metric_results()
+    assert results == evaluate(metric_runner(batched=False), arrays)
+
+
+def test_keras_metric_dicts_run_eagerly_per_step():
+    mean = keras.metrics.Mean(name="m")
+
+    def metric_fn(labels, predictions, weights, scores, offset):
+        mean.update_state(scores[:, 0])
+        return {"mean": mean}
+
+    arrays = executions(seed=8)
+    runner = metric_runner(metric_fn)
+    results = evaluate(runner, arrays)
+    kept = np.concatenate([e[3][..., 0][e[5] > 0.5] for e in arrays])
+    assert not runner.metrics.batched
+    assert results["mean"] == pytest.approx(kept.mean(), rel=1e-5)
+    assert evaluate(runner, arrays) == results  # reset at the start of each call
+
+
+def test_a_host_plan_writes_the_transfer_order_for_both_sides():
+    ids, loss = tf.constant([7, 8, 9], tf.int64), tf.constant([0.5])
+    spec = Spec(host_call=(lambda ids, loss: None, {"loss": loss, "ids": tf.TensorSpec([None], tf.int64)}),
+                eval_metrics=(lambda labels: {}, [tf.TensorSpec([None], tf.int64)]))
+    plan = kte_host_plan.HostPlan.from_spec("eval", spec, replicas=1, padded=True, rows=5)
+    assert [s.shape.as_list() for s in plan.specs] == [[5], [1], [5], [5]]  # ids, loss, labels, mask
+    assert plan.host_call.keys == ("ids", "loss") and plan.host_call.per_row == (True, False)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)])
+    def device_step(ids):  # an unpadded batch of 3 rows: padded to 5, a mask added
+        step = Spec(host_call=(None, {"loss": loss, "ids": ids}), eval_metrics=(None, [ids + 1]))
+        return plan.device_values(step, None, features={"x": tf.zeros([tf.shape(ids)[0], 2])})
+
+    values = device_step(ids)
+    step = Spec(host_call=(None, {"loss": loss, "ids": ids}), eval_metrics=(None, [ids + 1]))
+    np.testing.assert_array_equal(values[0], [7, 8, 9, 0, 0])
+    np.testing.assert_array_equal(values[1], [0.5])
+    np.testing.assert_array_equal(values[2], [8, 9, 10, 0, 0])
+    np.testing.assert_array_equal(values[3], [1, 1, 1, 0, 0])
+    host_call, metrics, mask = plan.split([v.numpy() for v in values])
+    assert [len(host_call), len(metrics), mask.shape] == [2, 1, (5,)]
+    kept = kte_host_plan.drop_padding(host_call + metrics, mask)
+    np.testing.assert_array_equal(kept[0], [7, 8, 9])
+    np.testing.assert_array_equal(kept[1], [0.5])  # not one value per row: kept whole
+    with pytest.raises(ValueError, match="eval_metrics when the model was built but None now"):
+        plan.device_values(step._replace(eval_metrics=None), tf.ones([5]))
+    assert kte_host_plan.HostPlan.from_spec("train", Spec(eval_metrics=spec.eval_metrics), 1, False) is None
