@@ -229,6 +229,8 @@ def make_loop_function(
         )
 
         def gathered(array: tf.TensorArray, spec: tf.TensorSpec, stack: bool) -> tf.Tensor:
+            if not stack and spec.shape[1:].is_fully_defined():  # an empty array concatenates to [0, ...]
+                return array.concat()
             # An execution that found the input ended has nothing to stack.
             empty = [0] * (1 + stack) + [d or 0 for d in spec.shape[1:]]
             return tf.cond(

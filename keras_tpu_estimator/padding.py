@@ -124,7 +124,9 @@ def pad_batches(dataset: tf.data.Dataset, batch_size: int, replicas: int = 1) ->
         padded["mask"] = tf.cast(tf.range(batch_size) < rows, tf.float32)
         return padded
 
-    padded = dataset.map(pad)
+    # Plain TF ops, no tensor-dependent Python control flow: skip autograph's
+    # conversion (a third of a second on a process's first call).
+    padded = dataset.map(tf.autograph.experimental.do_not_convert(pad))
     if replicas > 1:
         filler = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), padded.element_spec)
         fillers = tf.data.Dataset.from_tensors(filler).repeat(replicas - 1)
