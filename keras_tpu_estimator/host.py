@@ -344,7 +344,7 @@ class HostRunner:
 
     ```python
     runner = HostRunner(every_n_steps=1)
-    runner.record("eval", spec, replicas=4, padded=True)           # at build: host_spec
+    runner.record("eval", spec, replicas=4, padded=True)           # at build: the HostPlan
     with runner.running("eval"):                                   # one evaluate call
         runner.submit("eval", host_arrays, first_step=0, steps=4)  # after an execution
         results = runner.metric_results()                          # {"accuracy": 0.75}
@@ -364,10 +364,10 @@ class HostRunner:
 
     def record(
         self, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None
-    ) -> list[tf.TensorSpec] | None:
+    ) -> HostPlan | None:
         """Makes `mode`'s plan at build (`HostPlan.from_spec`) and builds its host functions.
 
-        Returns `plan(mode).specs` (the loop's `host_spec`), or None when nothing is sent.
+        Returns the plan (its `specs` are the loop's `host_spec`), or None when nothing is sent.
         """
         plan = HostPlan.from_spec(mode, spec, replicas, padded, rows)
         self._plans[mode] = plan
@@ -379,7 +379,7 @@ class HostRunner:
             if self.metrics is not None:
                 self.metrics.close(keep_results=False)
             self.metrics = HostMetrics(plan.eval_metrics, padded, self.batch_eval_metrics)
-        return plan.specs
+        return plan
 
     def plan(self, mode: str) -> HostPlan | None:
         """`mode`'s plan (from `record`), or None when its steps send nothing to the host."""

@@ -282,7 +282,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             step,
             around_run=around_run,
             output_spec=self._runner.modes[mode].output_spec,
-            host_spec=self._runner.modes[mode].host_spec,
+            host_spec=self._runner.modes[mode].host_plan and self._runner.modes[mode].host_plan.specs,
             read_after=self._after_train_execution if mode == ModeKeys.TRAIN else None,
             replica_tail=(
                 self._runner.apply_keras_optimizer

@@ -40,6 +40,7 @@ from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.cross_replica import synchronized_gradients
 from keras_tpu_estimator.host import HostRunner
+from keras_tpu_estimator.host_plan import HostPlan
 from keras_tpu_estimator.inputs import (
     array_dataset,
     call_input_fn,
@@ -78,7 +79,7 @@ class ModeRecord:
         output_spec: What each step returns to the caller (PREDICT: predictions and mask).
         hooks: The spec's `training_hooks` / `evaluation_hooks` / `prediction_hooks`.
         loss_name: The op name `model_fn` gave its loss (what TF1 hooks fetch).
-        host_spec: Per-replica specs of what each step sends to the host, or None.
+        host_plan: What each step sends to the host, in which order (`host_plan.py`), or None.
     """
 
     batch: BatchPlan
@@ -87,7 +88,7 @@ class ModeRecord:
     output_spec: Any = None
     hooks: list = dataclasses.field(default_factory=list)
     loss_name: str | None = None
-    host_spec: Any = None
+    host_plan: HostPlan | None = None
 
 
 class ModelFnRunner:
@@ -233,10 +234,10 @@ class ModelFnRunner:
         # size with a mask, so every step's host tensors stack (`_host_values`).
         unpadded_eval = mode == ModeKeys.EVAL and mask_spec is None
         rows = record.batch.global_size if unpadded_eval else None
-        record.host_spec = self.host.record(
+        record.host_plan = self.host.record(
             mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded_eval, rows=rows
         )
-        if unpadded_eval and rows is None and record.host_spec is not None:
+        if unpadded_eval and rows is None and record.host_plan is not None:
             raise ValueError(
                 "eval_metrics and host_call need a known batch size: the dataset's batch "
                 "size is not static. Pass `batch_size` (or `eval_batch_size`)."
@@ -283,7 +284,7 @@ class ModelFnRunner:
 
     def _host_values(self, mode: str, spec: Any, mask: Any, features: Any = None) -> list:
         """What one step sends to the host, in the host plan's order (`host_plan.py`)."""
-        plan = self.host.plan(mode)
+        plan = self.modes[mode].host_plan
         return [] if plan is None else plan.device_values(spec, mask, features)
 
     def _static(self, mode: str, data: Any) -> Any:

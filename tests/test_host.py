@@ -366,8 +366,8 @@ def executions(seed, steps=(4, 4, 3)):
 def metric_runner(metric_fn=all_metrics, tensors=None, batched=True):
     runner = kte_host.HostRunner(batch_eval_metrics=batched)
     tensors = list(METRIC_SPECS.values()) if tensors is None else tensors
-    specs = runner.record("eval", Spec(eval_metrics=(metric_fn, tensors)), REPLICAS, padded=True)
-    assert specs == runner.plan("eval").specs and specs[-1] == tf.TensorSpec([ROWS], tf.float32)
+    plan = runner.record("eval", Spec(eval_metrics=(metric_fn, tensors)), REPLICAS, padded=True)
+    assert plan is runner.plan("eval") and plan.specs[-1] == tf.TensorSpec([ROWS], tf.float32)
     return runner
 
 
