@@ -175,8 +175,12 @@ class ExecutionDriver:
         return int(self._model.global_step_variable.numpy())
 
     # --------------------------------------------------------------- running
-    def run_one(self, mode: str, function: Callable, iterator: Any, size: int) -> tuple[Any, np.ndarray]:
+    def run_one(
+        self, mode: str, function: Callable, iterator: Any, size: int, infinite: bool = False
+    ) -> tuple[Any, np.ndarray]:
         """Runs one execution of up to `size` steps; returns `(result, scalars)`.
+
+        `infinite`: the input cannot end (the loop then skips its end-of-input check).
 
         Updates the last-execution state and the cached global step, and hands
         the execution's host tensors to the host thread. Does not check NaN.
@@ -186,12 +190,21 @@ class ExecutionDriver:
         count = self._step_counts.get(size)
         if count is None:
             count = self._step_counts[size] = tf.constant(size, tf.int32)
-        if self._concrete is None or self._concrete[0] is not function or self._concrete[1] is not iterator:
+        cached = self._concrete
+        if cached is None or cached[0] is not function or cached[1] is not iterator or cached[2] != infinite:
             # The concrete function, cached per iterator and bound to it once: skips the
             # polymorphic call's argument hashing, trace-cache lookup and input binding.
-            concrete = function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))
-            self._concrete = (function, iterator, _compat.bound_call(concrete, iterator, count))
-        result = self._concrete[2](count)
+            concrete = function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32), infinite)
+            call = _compat.bound_call(concrete, (iterator, count, infinite), 1)
+            self._concrete = cached = (function, iterator, infinite, call)
+        try:
+            result = cached[3](count)
+        except tf.errors.OutOfRangeError:
+            if not infinite:
+                raise
+            # A repeated dataset whose every epoch is empty (a filter that drops all) ends
+            # although its cardinality says infinite: run again with the end-of-input check.
+            return self.run_one(mode, function, iterator, size, infinite=False)
         scalars = result.scalars.numpy()  # the one host fetch of the execution's scalars
         steps = int(scalars[0])
         if steps:
@@ -222,6 +235,7 @@ class ExecutionDriver:
         stop: StopRequests | None = None,
         check_finite: bool = True,
         multi_worker: bool = False,
+        infinite: bool = False,
     ) -> Iterator[Execution]:
         """Runs executions until `steps` steps, the end of the input or a stop; yields each that ran.
 
@@ -238,6 +252,7 @@ class ExecutionDriver:
             check_finite: In training, raise on a NaN/Inf loss or variable
                 (False when a `TerminateOnNaN` callback decides: it stops).
             multi_worker: Agree on signal stops across workers.
+            infinite: The input cannot end (a repeated dataset): steps skip the end-of-input check.
         """
         model = self._model
         flag = _STOP_FLAG[mode]
@@ -257,7 +272,7 @@ class ExecutionDriver:
                 self.ended_by = "steps" if steps is not None and done >= steps else "stopped"
                 return
             begin(done)
-            result, scalars = self.run_one(mode, function, iterator, size)
+            result, scalars = self.run_one(mode, function, iterator, size, infinite)
             ran = int(scalars[0])
             if mode == ModeKeys.TRAIN and ran:
                 self._check_finite(result, scalars, check_finite)

@@ -68,6 +68,11 @@ from keras_tpu_estimator.variables import VariableStore
 _log = get_logger(__name__)
 
 
+def _cannot_end(dataset: tf.data.Dataset) -> bool:
+    """Whether `dataset` is known to be infinite (`repeat()` without a count, in eager code)."""
+    return bool(tf.get_static_value(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY)
+
+
 @dataclasses.dataclass
 class ModeRecord:
     """What the runner knows of one mode: the current call's batch and input, and its build.
@@ -80,6 +85,7 @@ class ModeRecord:
         hooks: The spec's `training_hooks` / `evaluation_hooks` / `prediction_hooks`.
         loss_name: The op name `model_fn` gave its loss (what TF1 hooks fetch).
         host_plan: What each step sends to the host, in which order (`host_plan.py`), or None.
+        infinite: The current call's input cannot end (a repeated dataset).
     """
 
     batch: BatchPlan
@@ -89,6 +95,7 @@ class ModeRecord:
     hooks: list = dataclasses.field(default_factory=list)
     loss_name: str | None = None
     host_plan: HostPlan | None = None
+    infinite: bool = False
 
 
 class ModelFnRunner:
@@ -436,6 +443,7 @@ class ModelFnRunner:
             self._set_batch(mode, global_batch)
             if pad:
                 x = pad_batches(x, global_batch)
+            self.modes[mode].infinite = _cannot_end(x)
             self.build(mode, per_replica_spec(x.element_spec, self.num_replicas))
             if not self.use_tpu:
                 return x
@@ -451,7 +459,7 @@ class ModelFnRunner:
                 f"params['batch_size']. Pass it to EstimatorModel."
             )
         plan = self._set_batch(mode, global_batch)
-        specs = []
+        specs, endless = [], []
 
         def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
             params = self.params_for(mode, input_context, for_input_fn=True)
@@ -460,11 +468,13 @@ class ModelFnRunner:
             if pad:
                 dataset = pad_batches(dataset, plan.per_replica, plan.replicas_per_pipeline(input_context))
             specs.append(dataset.element_spec)
+            endless.append(_cannot_end(dataset))
             return dataset
 
         if not self.use_tpu:
             dataset = dataset_fn()
         else:
             dataset = strategy.distribute_datasets_from_function(dataset_fn)
+        self.modes[mode].infinite = all(endless)
         self.build(mode, specs[0])
         return dataset

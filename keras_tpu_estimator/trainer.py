@@ -202,6 +202,7 @@ class EstimatorTrainer:
                 for execution in driver.executions(
                     ModeKeys.TRAIN, function, iterator, callbacks, steps=steps_per_epoch, stop=stop,
                     check_finite=run.check_finite, multi_worker=self._multi_worker,
+                    infinite=self._runner.modes[ModeKeys.TRAIN].infinite,
                 ):
                     done += execution.steps
                     loss_sum += execution.loss_sum
@@ -302,7 +303,8 @@ class EstimatorTrainer:
             callbacks.on_test_begin()
             done, loss_sum, weight_sum, last_outputs = 0, 0.0, 0.0, None
             for execution in self._driver.executions(
-                ModeKeys.EVAL, function, iter(dataset), callbacks, steps=steps
+                ModeKeys.EVAL, function, iter(dataset), callbacks, steps=steps,
+                infinite=self._runner.modes[ModeKeys.EVAL].infinite,
             ):
                 done += execution.steps
                 last_outputs = execution.outputs  # the in-step metrics' values, stacked over steps
@@ -360,7 +362,8 @@ class EstimatorTrainer:
         callbacks.on_predict_begin()
         with self._runner.host.running(ModeKeys.PREDICT):
             for execution in self._driver.executions(
-                ModeKeys.PREDICT, function, iter(dataset), callbacks, steps=steps
+                ModeKeys.PREDICT, function, iter(dataset), callbacks, steps=steps,
+                infinite=self._runner.modes[ModeKeys.PREDICT].infinite,
             ):
                 predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
                 keep = mask > 0.5

@@ -101,3 +101,33 @@ def test_one_fetch_carries_the_global_step_and_the_finite_check():
     steps, _, _, _, empty, step, all_finite = result.scalars.numpy()
     assert (steps, empty, step, all_finite) == (3, 0, 7, 1)
     assert model.global_step == 7
+
+
+def test_a_repeated_input_skips_the_end_check_with_the_same_numbers():
+    def repeated(params):
+        return models.input_fn(params)
+
+    def finite(params):  # the same batches as `repeated`, but the dataset can end
+        return models.input_fn(params).take(1000)
+
+    endless, ending = models.make_model(k=4, seed=5), models.make_model(k=4, seed=5)
+    endless.fit(repeated, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
+    ending.fit(finite, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
+    assert endless._runner.modes[kte.ModeKeys.TRAIN].infinite
+    assert not ending._runner.modes[kte.ModeKeys.TRAIN].infinite
+    for name, variable in endless.variables_by_name.items():
+        np.testing.assert_array_equal(variable.numpy(), ending.variables_by_name[name].numpy())
+
+
+def test_a_repeated_input_that_yields_nothing_is_an_empty_input(caplog):
+    def empty_forever(params):  # cardinality says infinite; every epoch is empty
+        features, labels = models.data()
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels)).filter(lambda f, y: f["id"] < 0)
+        return dataset.batch(params["batch_size"], drop_remainder=True).repeat()
+
+    model = models.make_model(k=4)
+    model.fit(empty_forever, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
+    assert model._runner.modes[kte.ModeKeys.TRAIN].infinite  # what tf.data's cardinality claims
+    assert model.global_step == 0
+    assert model._driver.ended_by == "input"
+    assert "The training input is empty" in caplog.text

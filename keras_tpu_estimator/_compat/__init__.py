@@ -432,26 +432,30 @@ def checkpoint_for_manager(write: Callable[[str], Any]) -> Any:
     return _CheckpointForManager(write)
 
 
-def bound_call(concrete: Any, fixed: Any, example_last: Any) -> Callable[[Any], Any]:
-    """`call(last) == concrete(fixed, last)`, with `fixed` bound to the function's inputs once.
+def bound_call(concrete: Any, args: tuple, varying: int) -> Callable[[Any], Any]:
+    """`call(value) == concrete(*args)` with `args[varying]` replaced by `value`, the rest bound once.
 
     A concrete function's call canonicalises and flattens its arguments every
     time (a fifth of a small execution's host time). An execution loop calls it
-    with the same iterator and only a new step count, so the iterator's flat
-    tensors (resource handles, constant for its life) are computed once and the
-    call goes straight to `ConcreteFunction._call_flat` (the private step of its
-    public `__call__`, with the same gradient-tape handling). Falls back to the
-    public call where that method is missing.
+    with the same iterator and only a new step count, so the other arguments'
+    flat tensors (the iterator's resource handles, constant for its life) are
+    computed once and the call goes straight to `ConcreteFunction._call_flat`
+    (the private step of its public `__call__`, with the same gradient-tape
+    handling). `args[varying]` must be the last tensor argument (later ones
+    are Python values). Falls back to the public call where that method is missing.
     """
+    def public(value: Any) -> Any:
+        return concrete(*args[:varying], value, *args[varying + 1 :])
+
     if not hasattr(concrete, "_call_flat") or not hasattr(concrete, "function_type"):
-        return lambda last: concrete(fixed, last)
+        return public
     from tensorflow.python.eager.polymorphic_function import function_type_utils
 
-    bound = function_type_utils.canonicalize_function_inputs((fixed, example_last), {}, concrete.function_type)
+    bound = function_type_utils.canonicalize_function_inputs(args, {}, concrete.function_type)
     flat = list(concrete.function_type.unpack_inputs(bound))
-    head = flat[:-1]  # `last` is a single tensor: the final flat input
+    head = flat[:-1]  # `args[varying]` is a single tensor: the last flat input
 
-    def call(last: Any) -> Any:
-        return concrete._call_flat([*head, last], captured_inputs=concrete.captured_inputs)
+    def call(value: Any) -> Any:
+        return concrete._call_flat([*head, value], captured_inputs=concrete.captured_inputs)
 
     return call
