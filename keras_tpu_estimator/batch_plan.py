@@ -12,8 +12,8 @@ runs (as the original did: a mode that never runs is never checked).
 Example:
 
 ```python
-plan = BatchPlan("train", 64)            # checks 64 is a positive integer
-plan = plan.on_replicas(4)               # checks 64 divides by 4
+BatchPlan("train", 64)                   # checks 64 is a positive integer (at construction)
+plan = BatchPlan("train", 64, replicas=4)  # also checks 64 divides by 4 (when the mode runs)
 plan.per_replica                         # 16: params['batch_size']
 plan.replicas_per_pipeline(input_context)  # replicas one input pipeline feeds
 ```
@@ -38,7 +38,7 @@ class BatchPlan:
         mode: The `ModeKeys` value.
         global_size: The global batch, or None while unknown (an `input_fn`
             that batches itself on the CPU path of EVAL).
-        replicas: Replicas the batch is split over (1 until `on_replicas`).
+        replicas: Replicas the batch is split over (1: only the size is checked).
     """
 
     mode: str
@@ -53,10 +53,6 @@ class BatchPlan:
     def argument(self) -> str:
         """The constructor argument of this mode's batch (`train_batch_size`, ...)."""
         return BATCH_ARG[self.mode]
-
-    def on_replicas(self, replicas: int) -> BatchPlan:
-        """The same batch split over `replicas` (a ValueError, the original's text, if it does not divide)."""
-        return self if replicas == self.replicas else dataclasses.replace(self, replicas=replicas)
 
     @property
     def per_replica(self) -> int | None:

@@ -271,6 +271,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             ModeKeys.PREDICT: self._runner.predict_step,
         }[mode]
         strategy = self.distribute_strategy
+        host_plan = self._runner.modes[mode].host_plan
 
         @contextlib.contextmanager
         def around_run() -> Any:
@@ -282,7 +283,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             step,
             around_run=around_run,
             output_spec=self._runner.modes[mode].output_spec,
-            host_spec=self._runner.modes[mode].host_plan and self._runner.modes[mode].host_plan.specs,
+            host_spec=None if host_plan is None else host_plan.specs,
             read_after=self._after_train_execution if mode == ModeKeys.TRAIN else None,
             replica_tail=(
                 self._runner.apply_keras_optimizer

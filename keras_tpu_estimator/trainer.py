@@ -77,6 +77,13 @@ class EstimatorTrainer:
         """Whether the last training execution's loss and trainable variables were finite."""
         return self._driver.last_execution_finite
 
+    def _callback_list(self, mode: str, callbacks: Any, verbose: Any, **params: Any) -> Any:
+        """Keras' `CallbackList` of `callbacks` and the spec's hooks of `mode` (session hooks wrapped)."""
+        return keras.callbacks.CallbackList(
+            [as_callback(c) for c in list(callbacks or []) + self._runner.modes[mode].hooks],
+            add_progbar=verbose != 0, verbose=verbose, model=self, **params,
+        )
+
     def fit(
         self,
         x: InputFn | tf.data.Dataset | Any = None,
@@ -131,14 +138,8 @@ class EstimatorTrainer:
             keras_input(x, y), ModeKeys.TRAIN, batch_size, shuffle=shuffle
         )
         function = self.make_train_function()
-        callbacks = keras.callbacks.CallbackList(
-            [as_callback(c) for c in list(callbacks or []) + self._runner.modes[ModeKeys.TRAIN].hooks],
-            add_history=True,
-            add_progbar=verbose != 0,
-            verbose=verbose,
-            epochs=epochs,
-            steps=steps_per_epoch,
-            model=self,
+        callbacks = self._callback_list(
+            ModeKeys.TRAIN, callbacks, verbose, add_history=True, epochs=epochs, steps=steps_per_epoch
         )
         check_learning_rate_callbacks(self.optimizer, callbacks.callbacks)
         self.stop_training = False
@@ -293,10 +294,7 @@ class EstimatorTrainer:
         refuse_keras_arguments("evaluate", sample_weight=sample_weight)
         dataset = self._runner.distribute_input(keras_input(x, y), ModeKeys.EVAL, batch_size)
         function = self.make_test_function()
-        callbacks = keras.callbacks.CallbackList(
-            [as_callback(c) for c in list(callbacks or []) + self._runner.modes[ModeKeys.EVAL].hooks],
-            add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self
-        )
+        callbacks = self._callback_list(ModeKeys.EVAL, callbacks, verbose, epochs=1, steps=steps)
         self._runner.store.reset_local_variables()  # as each TF1 evaluation's new session
         logs: dict = {}
         with self._runner.host.running(ModeKeys.EVAL):  # fresh host sessions: metrics from zero
@@ -354,10 +352,7 @@ class EstimatorTrainer:
         """Yields the real rows of each step (`by_step`) or of each execution, in input order."""
         dataset = self._runner.distribute_input(x, ModeKeys.PREDICT, batch_size)
         function = self.make_predict_function()
-        callbacks = keras.callbacks.CallbackList(
-            [as_callback(c) for c in list(callbacks or []) + self._runner.modes[ModeKeys.PREDICT].hooks],
-            add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=self,
-        )
+        callbacks = self._callback_list(ModeKeys.PREDICT, callbacks, verbose, epochs=1, steps=steps)
         rows = self._runner.modes[ModeKeys.PREDICT].batch.global_size
         callbacks.on_predict_begin()
         with self._runner.host.running(ModeKeys.PREDICT):
