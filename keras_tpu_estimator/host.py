@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.host_loop import build_steps_loop, steps_feeds
 from keras_tpu_estimator.host_plan import HostPart, HostPlan, drop_padding
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.spec import ModeKeys
@@ -45,10 +46,19 @@ class HostFunction:
     ```
     """
 
-    def __init__(self, part: HostPart, fetch: Callable[[Any], Any] | None = None):
+    def __init__(
+        self,
+        part: HostPart,
+        fetch: Callable[[Any], Any] | None = None,
+        *,
+        over_steps: bool = False,
+        padded: bool = False,
+    ):
         self.part = part
+        self.over_steps = over_steps
         self.graph = tf.Graph()
         self.variables: list[tuple[tf.Variable, str | None]] = []  # fn's, in creation order
+        self.result: Any = None
 
         def recording(next_creator: Callable, **kwargs: Any) -> Any:
             variable = next_creator(**kwargs)
@@ -56,20 +66,30 @@ class HostFunction:
             return variable
 
         with self.graph.as_default():
-            self.placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape) for s in part.specs]
             with tf.variable_creator_scope(recording):
-                self.result = part.call(self.placeholders)
-            fetches = self.result if fetch is None else fetch(self.result)
-            if fetches is None:  # fn returned nothing: run the summaries it wrote
-                fetches = tf.compat.v1.summary.all_v2_summary_ops() or []
+                if over_steps:  # call 0 runs the chosen steps of an execution (`host_loop.py`)
+                    feeds, fetches = build_steps_loop(
+                        part, padded, lambda values: self._fetches(part.call(values, warn=False), fetch)
+                    )
+                else:
+                    feeds = [tf.compat.v1.placeholder(s.dtype, s.shape) for s in part.specs]
+                    self.result = part.call(feeds)
+                    fetches = self._fetches(self.result, fetch)
             writers = [op for op in self.graph.get_operations() if op.type == "SummaryWriter"]
             self._flush = [tf.raw_ops.FlushSummaryWriter(writer=op.outputs[0]) for op in writers]
             self._reset_locals = tf.compat.v1.local_variables_initializer()
             globals_init = tf.compat.v1.global_variables_initializer()
             self._init = [_compat.summary_writer_init_ops(), globals_init, self._reset_locals]
-        self._callables: list[tuple[Any, list]] = [(fetches, self.placeholders)]
+        self._callables: list[tuple[Any, list]] = [(fetches, feeds)]
         self._session: tf.compat.v1.Session | None = None
-        self._ran: set[int] = set()  # calls run in this Session
+        self._made: dict[int, Callable] = {}  # the callables of calls run in this Session
+
+    @staticmethod
+    def _fetches(result: Any, fetch: Callable[[Any], Any] | None) -> Any:
+        fetches = result if fetch is None else fetch(result)
+        if fetches is None:  # fn returned nothing: run the summaries it wrote
+            fetches = tf.compat.v1.summary.all_v2_summary_ops() or []
+        return fetches
 
     @property
     def is_open(self) -> bool:
@@ -85,13 +105,13 @@ class HostFunction:
         """Opens a Session (fresh summary writers, variables at their initial values)."""
         if self._session is not None:
             return
-        # Host ops are tiny: their own single-threaded pools keep them from
-        # queueing behind the device loop's kernels in the shared pools; and
-        # without Grappler a new Session's first run of a call takes about
-        # 10 ms, not 100 (each fit / evaluate / predict opens new Sessions).
-        config = tf.compat.v1.ConfigProto(
-            inter_op_parallelism_threads=1, intra_op_parallelism_threads=1, use_per_session_threads=True
-        )
+        # Host ops are tiny: they run in the calling thread (a negative
+        # inter-op count), never queueing behind the device loop's kernels in a
+        # pool, and a call costs about 80 us instead of 200 (a hand-off to a
+        # pool thread and back); without Grappler a new Session's first run of
+        # a call takes about 10 ms, not 100 (each fit / evaluate / predict opens
+        # new Sessions).
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=-1, intra_op_parallelism_threads=1)
         config.graph_options.rewrite_options.disable_meta_optimizer = True
         session = tf.compat.v1.Session(graph=self.graph, config=config)
         try:
@@ -99,18 +119,19 @@ class HostFunction:
         except BaseException:
             session.close()
             raise
-        self._session, self._ran = session, set()
+        self._session, self._made = session, {}
 
     def ran(self, index: int) -> bool:
         """Whether call `index` ran in the open Session (its executor exists)."""
-        return self._session is not None and index in self._ran
+        return self._session is not None and index in self._made
 
     def run(self, index: int, values: Sequence[np.ndarray]) -> Any:
-        """Runs call `index` (0: one step of `fn`) with `values` fed: one `Session.run`."""
+        """Runs call `index` (0: `fn` on one step, or on the chosen steps `over_steps`): one Session call."""
         self.open()
-        fetches, feeds = self._callables[index]
-        self._ran.add(index)
-        return self._session.run(fetches, feed_dict=dict(zip(feeds, values, strict=True)))
+        call = self._made.get(index)
+        if call is None:
+            call = self._made[index] = self._session.make_callable(*self._callables[index])
+        return call(*values)
 
     def __call__(self, values: Sequence[np.ndarray]) -> Any:
         """Runs one step with `values` fed to the placeholders."""
@@ -141,6 +162,15 @@ class HostFunction:
         finally:
             self._session = None
             session.close()
+
+
+def _host_call_function(part: HostPart, padded: bool) -> HostFunction:
+    """`host_call`'s function: one Session call per execution when `fn` runs in a loop, else one per step."""
+    try:
+        return HostFunction(part, over_steps=True, padded=padded)
+    except Exception as error:  # e.g. fn creates variables, which a loop cannot: a call per step
+        _log.debug("host_call runs once per step: no loop over steps (%s)", error)
+        return HostFunction(part)
 
 
 class HostMetrics:
@@ -214,45 +244,27 @@ class HostMetrics:
         return [pair[1] for pair in result.values()]
 
     def _build_loop(self) -> int | None:
-        """Adds a loop running `metric_fn`'s updates once per stacked step; its index, or None.
-
-        Feeds: the step count, the tensors stacked over steps, the mask.
-        """
+        """Adds a loop running `metric_fn`'s updates once per stacked step; its index, or None."""
         host, part = self._graph_metrics, self.part
+
+        def updates(values: list) -> list:
+            pending = list(host.variables)
+
+            def replay(next_creator: Callable, **kwargs: Any) -> Any:
+                # The variables the build-time call created, in the same order.
+                if not pending or pending[0][1] != kwargs.get("name"):
+                    raise ValueError("metric_fn creates other variables when called again")
+                return pending.pop(0)[0]
+
+            with tf.variable_creator_scope(replay):
+                result = part.call(values, warn=False)
+            if pending:
+                raise ValueError("metric_fn creates fewer variables when called again")
+            return self._updates(result)
+
         try:
-            with host.graph.as_default(), tf.name_scope("execution"):
-                steps = tf.compat.v1.placeholder(tf.int32, [])
-                stacked = [tf.compat.v1.placeholder(s.dtype, [None, *s.shape]) for s in part.specs]
-                mask = tf.compat.v1.placeholder(tf.float32, [None, None]) if self._padded else None
-
-                def one_step(index: tf.Tensor) -> tf.Tensor:
-                    values = [tf.gather(v, index) for v in stacked]
-                    if mask is not None:  # as drop_padding: per-row tensors lose padded rows
-                        keep = tf.gather(mask, index) > 0.5
-                        values = [
-                            tf.boolean_mask(v, keep) if row else v
-                            for v, row in zip(values, part.per_row, strict=True)
-                        ]
-                    pending = list(host.variables)
-
-                    def replay(next_creator: Callable, **kwargs: Any) -> Any:
-                        # The variables the build-time call created, in the same order.
-                        if not pending or pending[0][1] != kwargs.get("name"):
-                            raise ValueError("metric_fn creates other variables when called again")
-                        return pending.pop(0)[0]
-
-                    with tf.variable_creator_scope(replay):
-                        result = part.call(values, warn=False)
-                    if pending:
-                        raise ValueError("metric_fn creates fewer variables when called again")
-                    with tf.control_dependencies(tf.nest.flatten(self._updates(result))):
-                        return index + 1
-
-                # One iteration at a time: a step's updates finish before the next step's start.
-                done = tf.while_loop(
-                    lambda index: index < steps, one_step, [tf.constant(0)], parallel_iterations=1
-                )
-            feeds = [steps, *stacked] + ([mask] if mask is not None else [])
+            with host.graph.as_default():
+                feeds, done = build_steps_loop(part, self._padded, updates)
             return host.add_callable(done, feeds)
         except Exception as error:  # any failure: the per-step path gives the same results
             _log.debug("eval_metrics run once per step: no loop over steps (%s)", error)
@@ -262,8 +274,7 @@ class HostMetrics:
         """Opens the Session and runs the loop over no steps on the calling thread (no effect)."""
         host = self._graph_metrics
         if host is not None and self._loop is not None and steps > 1 and not host.ran(self._loop):
-            empty = [np.int32(0), *(v[:0] for v in values)]
-            host.run(self._loop, empty + ([mask[:0]] if mask is not None else []))
+            host.run(self._loop, steps_feeds([], values, mask))
 
     def reset(self) -> None:
         """Starts a new evaluation: all accumulators to zero."""
@@ -293,13 +304,9 @@ class HostMetrics:
         if self._graph_metrics is None and self._keras_metrics is None:
             self._start(step(0))
         host, loop = self._graph_metrics, self._loop
-        # The loop drops the rows of tensors per-row at build, the per-step rule looks at each
-        # step: they must agree. One step runs faster alone, unless only the loop is ready.
-        if loop is not None and (steps > 1 or (host.ran(loop) and not host.ran(0))) and (
-            mask is None or tuple(v.shape[1:2] == mask.shape[1:2] for v in values) == self.part.per_row
-        ):
-            feeds = [np.int32(steps), *(v[:steps] for v in values)]
-            host.run(loop, feeds + ([mask[:steps]] if mask is not None else []))
+        # One step runs faster alone, unless only the loop is ready.
+        if loop is not None and (steps > 1 or (host.ran(loop) and not host.ran(0))):
+            host.run(loop, steps_feeds(range(steps), values, mask))
             return
         for index in range(steps):
             self.update(step(index))
@@ -374,7 +381,7 @@ class HostRunner:
         if plan is None:
             return None
         if plan.host_call is not None and mode not in self._host_calls:
-            self._host_calls[mode] = HostFunction(plan.host_call)
+            self._host_calls[mode] = _host_call_function(plan.host_call, padded)
         if plan.eval_metrics is not None:
             if self.metrics is not None:
                 self.metrics.close(keep_results=False)
@@ -436,11 +443,17 @@ class HostRunner:
         values = plan.split(host)
         host_call = self._host_calls.get(mode) if plan.host_call is not None else None
         if host_call is not None:
-            for index in range(steps):
-                if mode == ModeKeys.TRAIN and (first_step + index) % self.every_n_steps:
-                    continue
-                step = [v[index] for v in values.host_call]
-                host_call(step if values.mask is None else drop_padding(step, values.mask[index]))
+            chosen = [
+                index for index in range(steps)
+                if mode != ModeKeys.TRAIN or (first_step + index) % self.every_n_steps == 0
+            ]
+            if host_call.over_steps:
+                if chosen:
+                    host_call(steps_feeds(chosen, values.host_call, values.mask))
+            else:
+                for index in chosen:
+                    step = [v[index] for v in values.host_call]
+                    host_call(step if values.mask is None else drop_padding(step, values.mask[index]))
         if plan.eval_metrics is not None and self.metrics is not None:
             self.metrics.update_steps(values.eval_metrics, values.mask, steps)
 
@@ -455,10 +468,13 @@ class HostRunner:
         plan = self._plans[mode]
         # Sessions open here: a Session's first runs cost 20-30 ms more on a thread
         # that never ran one (oneDNN's set-up), and the host thread is new in each call.
-        if plan.host_call is not None and mode in self._host_calls:
-            self._host_calls[mode].open()
+        values = plan.split(host)
+        host_call = self._host_calls.get(mode) if plan.host_call is not None else None
+        if host_call is not None:
+            host_call.open()
+            if host_call.over_steps and not host_call.ran(0):  # its executor made here: a run of no step
+                host_call(steps_feeds([], values.host_call, values.mask))
         if plan.eval_metrics is not None and self.metrics is not None:
-            values = plan.split(host)
             self.metrics.prepare(values.eval_metrics, values.mask, steps)
         if self._worker is None:
             self._worker = concurrent.futures.ThreadPoolExecutor(

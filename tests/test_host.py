@@ -127,6 +127,8 @@ def test_tf1_style_summary_host_call(tmp_path, strategy):
     model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=42)], verbose=0)
     # In the event file as soon as fit returns.
     assert event_steps(tmp_path, "host_loss") == [0, 5, 10, 15, 20, 25, 30, 35, 40]
+    # One writer: fn called inside the host loop makes no second (empty) event file.
+    assert len(tf.io.gfile.glob(f"{tmp_path}/events.out.tfevents.*")) == 1
 
 
 def test_eval_host_call_writes_one_event_per_step(tmp_path, strategy):
@@ -543,6 +545,66 @@ def test_a_nested_call_closes_only_its_own_sessions(opened_sessions):
         assert is_closed(eval_session) and not is_closed(train_session) and host_threads()
         runner.submit("train", [np.arange(16, 32).reshape(1, 16)], first_step=1, steps=1)
     assert is_closed(train_session) and host_threads() == [] and len(calls) == 2
+
+
+def runner_with_host_call(fn, every_n_steps=1):
+    runner = kte_host.HostRunner(every_n_steps=every_n_steps)
+    runner.record("train", Spec(host_call=(fn, list(METRIC_SPECS.values()))), REPLICAS, padded=True)
+    return runner
+
+
+def recording_fn(seen):
+    def record(*values):
+        seen.append([v.copy() for v in values])
+        return np.int64(0)
+
+    return lambda *tensors: tf.numpy_function(record, list(tensors), tf.int64)
+
+
+@pytest.mark.parametrize("every_n_steps", [1, 3])
+def test_host_call_runs_in_one_session_call_per_execution_step_by_step(session_calls, every_n_steps):
+    seen = []
+    arrays = executions(seed=4, steps=(2, 5, 3, 4))
+    runner = runner_with_host_call(recording_fn(seen), every_n_steps)
+    assert runner._host_calls["train"].over_steps
+    with runner.running("train"):
+        runner.submit("train", arrays[0], first_step=0, steps=2)
+        runner.drain()  # opens the Session
+        session_calls.clear()
+        first = 2
+        for execution in arrays[1:]:
+            runner.submit("train", execution, first_step=first, steps=len(execution[0]))
+            first += len(execution[0])
+        runner.drain()
+        assert session_calls == ["run"] * 3
+    # Each chosen step, in order, as a call per step sees it: padded rows dropped, [1]-per-replica kept.
+    steps = [(e, i) for e in arrays for i in range(len(e[0]))]
+    expected = [kte_host_plan.drop_padding([v[i] for v in e[:5]], e[5][i]) for e, i in steps][::every_n_steps]
+    assert len(seen) == len(expected) == (14 if every_n_steps == 1 else 5)
+    for got, want in zip(seen, expected, strict=True):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_host_call_that_creates_variables_runs_once_per_step(session_calls):
+    def fn(labels, predictions, weights, scores, offset):  # a counter: no loop can create it
+        count = tf.compat.v1.get_variable("count", initializer=tf.constant(0, tf.int64), use_resource=True)
+        return count.assign_add(tf.reduce_sum(labels))
+
+    arrays = executions(seed=5, steps=(3, 4))
+    runner = runner_with_host_call(fn)
+    host_call = runner._host_calls["train"]
+    assert not host_call.over_steps
+    with runner.running("train"):
+        runner.submit("train", arrays[0], first_step=0, steps=3)
+        runner.drain()
+        session_calls.clear()
+        runner.submit("train", arrays[1], first_step=3, steps=4)
+        runner.drain()
+        assert session_calls == ["run"] * 4
+        count = host_call.evaluate(host_call.variables[0][0])
+    kept = [kte_host_plan.drop_padding([e[0][i]], e[5][i])[0] for e in arrays for i in range(len(e[0]))]
+    assert count == sum(int(k.sum()) for k in kept)
 
 
 @pytest.mark.parametrize("second_call", ["raises", "more_variables", "fewer_variables"])
