@@ -181,6 +181,8 @@ class ExecutionDriver:
         """Runs one execution of up to `size` steps; returns `(result, scalars)`.
 
         `infinite`: the input cannot end (the loop then skips its end-of-input check).
+        Executions of one step each (`iterations_per_loop=1`, `train_on_batch`)
+        run the loop's single-step form, without a loop around the step.
 
         Updates the last-execution state and the cached global step, and hands
         the execution's host tensors to the host thread. Does not check NaN.
@@ -190,13 +192,15 @@ class ExecutionDriver:
         count = self._step_counts.get(size)
         if count is None:
             count = self._step_counts[size] = tf.constant(size, tf.int32)
+        # Only when every execution has one step: a tail of one after longer ones keeps the loop's trace.
+        single = size == 1 and self.iterations_per_loop == IterationsPerLoop(1, "count")
         cached = self._concrete
-        if cached is None or cached[0] is not function or cached[1] is not iterator or cached[2] != infinite:
+        if cached is None or cached[0] is not function or cached[1] is not iterator or cached[2] != (infinite, single):
             # The concrete function, cached per iterator and bound to it once: skips the
             # polymorphic call's argument hashing, trace-cache lookup and input binding.
-            concrete = function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32), infinite)
-            call = _compat.bound_call(concrete, (iterator, count, infinite), 1)
-            self._concrete = cached = (function, iterator, infinite, call)
+            concrete = function.get_concrete_function(iterator, tf.TensorSpec([], tf.int32), infinite, single)
+            call = _compat.bound_call(concrete, (iterator, count, infinite, single), 1)
+            self._concrete = cached = (function, iterator, (infinite, single), call)
         try:
             result = cached[3](count)
         except tf.errors.OutOfRangeError:

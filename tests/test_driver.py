@@ -2,9 +2,11 @@
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
+from keras_tpu_estimator import _compat as kte_compat
 from tests import models
 
 
@@ -131,3 +133,24 @@ def test_a_repeated_input_that_yields_nothing_is_an_empty_input(caplog):
     assert model.global_step == 0
     assert model._driver.ended_by == "input"
     assert "The training input is empty" in caplog.text
+
+
+def loop_op_types(concrete):
+    graph = concrete.graph.as_graph_def()
+    return {node.op for node in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+
+
+def test_one_step_executions_run_without_a_loop_and_give_the_same_numbers(monkeypatch):
+    concretes = []
+    bound_call = kte_compat.bound_call
+    monkeypatch.setattr(kte_compat, "bound_call", lambda c, *a: concretes.append(c) or bound_call(c, *a))
+    one, four = models.make_model(k=1, seed=5), models.make_model(k=4, seed=5)
+    for model in (one, four):
+        model.fit(finite_input(6), callbacks=[kte.StopAtStep(steps=5)], verbose=0)
+    assert ["While" in loop_op_types(c) for c in concretes] == [False, True]
+    for name, variable in one.variables_by_name.items():
+        np.testing.assert_array_equal(variable.numpy(), four.variables_by_name[name].numpy())
+    # Evaluation to the end of a finite input: the one-step form also finds the end.
+    assert one.evaluate(finite_input(3), verbose=0, return_dict=True) == pytest.approx(
+        four.evaluate(finite_input(3), verbose=0, return_dict=True))
+    assert one._driver.ended_by == "input" and "While" not in loop_op_types(concretes[2])
