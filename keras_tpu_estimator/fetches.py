@@ -51,3 +51,49 @@ def run_fetched(fn: Callable[[], Any], name: str = "fetched_step") -> Any:
     flat = tf.nest.flatten(result, expand_composites=True)
     copied = _compat.copy_needed_ops(graph, flat)
     return tf.nest.pack_sequence_as(result, copied, expand_composites=True)
+
+
+_WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
+_V1_CONTROL_FLOW = frozenset({"Switch", "Merge", "RefSwitch", "RefMerge", "Enter", "Exit"})
+
+
+def always_increments(fetch: Any, read: tf.Tensor) -> bool:
+    """Whether running `fetch` surely adds a nonzero constant to the variable `read` was read from.
+
+    True when the ops `fetch` needs (by data or control dependencies) write
+    that variable only through `AssignAddVariableOp`s of nonzero constants
+    outside any branch: as `minimize(global_step=...)` counts a step. False
+    when unsure (a write in a branch, another write, v1 control flow): then
+    the caller checks at run time. Branches of v2 control flow are functions,
+    whose ops are not in `fetch`'s graph, so a visible write always runs.
+
+    Example:
+
+    ```python
+    train_op = optimizer.minimize(loss, global_step)
+    always_increments(train_op, global_step.read_value())   # True
+    ```
+    """
+    source = read.op
+    while source.type == "Identity":
+        source = source.inputs[0].op
+    if source.type != "ReadVariableOp":
+        return False
+    handle = source.inputs[0]
+    seen, pending, increments = set(), list(tf.nest.flatten(fetch)), 0
+    while pending:
+        op = pending.pop()
+        op = op if isinstance(op, tf.Operation) else getattr(op, "op", None)
+        if op is None or op in seen:
+            continue
+        seen.add(op)
+        if op.type in _V1_CONTROL_FLOW:
+            return False
+        if op.type in _WRITES and op.inputs[0].name == handle.name:
+            delta = tf.get_static_value(op.inputs[1]) if op.type == "AssignAddVariableOp" else None
+            if delta is None or delta == 0:
+                return False
+            increments += 1
+        pending.extend(op.inputs)
+        pending.extend(op.control_inputs)
+    return increments > 0

@@ -197,19 +197,24 @@ def make_loop_function(
                 # Local sums over this host's replicas: no collective op needed.
                 losses = strategy.experimental_local_results(result["loss"])
                 weights = strategy.experimental_local_results(result["weight"])
-                weighted = tf.add_n(
-                    [tf.cast(x, tf.float32) * tf.cast(w, tf.float32) for x, w in zip(losses, weights, strict=True)]
-                )
-                weight = tf.add_n([tf.cast(w, tf.float32) for w in weights])
-                # The step's loss: the replica mean weighted by real rows. A step
-                # of padding only (weight 0) does not count.
-                counted = tf.cast(weight > 0, tf.float32)
-                step_loss = tf.math.divide_no_nan(weighted, weight)
+                if len(losses) == 1 and (tf.get_static_value(weights[0]) or 0) > 0:
+                    # One replica with a static batch: its loss, exactly, and the step counts.
+                    step_loss = last = tf.cast(losses[0], tf.float32)
+                    counted = 1.0
+                else:
+                    weighted = tf.add_n(
+                        [tf.cast(x, tf.float32) * tf.cast(w, tf.float32) for x, w in zip(losses, weights, strict=True)]
+                    )
+                    weight = tf.add_n([tf.cast(w, tf.float32) for w in weights])
+                    # The step's loss: the replica mean weighted by real rows. A step
+                    # of padding only (weight 0) does not count.
+                    counted = tf.cast(weight > 0, tf.float32)
+                    step_loss = tf.math.divide_no_nan(weighted, weight)
+                    last = tf.where(weight > 0, step_loss, sums[2])
                 new_arrays = (
                     write(arrays[0], output_spec, step, result.get("outputs")),
                     write(arrays[1], host_spec, step, result.get("host")),
                 )
-                last = tf.where(weight > 0, step_loss, sums[2])
                 new_sums = (sums[0] + step_loss, sums[1] + counted, last)
                 return step + 1, tf.constant(False), new_sums, new_arrays, tf.constant(False)
 

@@ -39,6 +39,7 @@ from keras_tpu_estimator.batch_plan import BatchPlan
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.cross_replica import synchronized_gradients
+from keras_tpu_estimator.fetches import always_increments
 from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.host_plan import HostPlan
 from keras_tpu_estimator.inputs import (
@@ -287,7 +288,11 @@ class ModelFnRunner:
     # ---------------------------------------------------------------- steps
     @staticmethod
     def _rows(features: Any) -> tf.Tensor:
-        return tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
+        """The batch's rows as a float32 scalar: a constant when the batch is static (the loop then skips weighting)."""
+        first = tf.nest.flatten(features)[0]
+        if first.shape.rank and first.shape[0] is not None:
+            return tf.constant(float(first.shape[0]))
+        return tf.cast(tf.shape(first)[0], tf.float32)
 
     def _host_values(self, mode: str, spec: Any, mask: Any, features: Any = None) -> list:
         """What one step sends to the host, in the host plan's order (`host_plan.py`)."""
@@ -301,7 +306,8 @@ class ModelFnRunner:
         allow partial batches); the padded batches are static, so restore it.
         """
         return tf.nest.map_structure(
-            lambda tensor, spec: tf.ensure_shape(tensor, spec.shape),
+            # An op of the step's own graph either way: model_fn may return an input as is.
+            lambda tensor, spec: tf.identity(tensor) if tensor.shape == spec.shape else tf.ensure_shape(tensor, spec.shape),
             data,
             self.modes[mode].element_spec,
         )
@@ -336,14 +342,16 @@ class ModelFnRunner:
                 "Return the same kind of spec on every call."
             )
         train_op = optimizer_update_op(spec.train_op, self.keras_optimizers)
-        with tf.control_dependencies([train_op]):
-            after = step_variable.read_value()
-        # 1 when the train_op left the step alone, else 0: no branch, so the
-        # cross-replica assignment stays outside control flow.
-        missed = tf.cast(tf.equal(after, before), tf.int64)
-        done = step_variable.assign_add(missed, read_value=False)
+        done = []
+        if not always_increments(train_op, before):
+            with tf.control_dependencies([train_op]):
+                after = step_variable.read_value()
+            # 1 when the train_op left the step alone, else 0: no branch, so the
+            # cross-replica assignment stays outside control flow.
+            missed = tf.cast(tf.equal(after, before), tf.int64)
+            done = [step_variable.assign_add(missed, read_value=False)]
         # Each replica fetches its own train_op (the step count reads replica 0's only).
-        with tf.control_dependencies([train_op, done]):
+        with tf.control_dependencies([train_op, *done]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
             host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
         return {"loss": loss, "weight": self._rows(features), "host": host}

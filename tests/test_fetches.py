@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.fetches import run_fetched
+from keras_tpu_estimator.fetches import always_increments, run_fetched
 from tests import models
 
 
@@ -86,3 +86,50 @@ def test_a_stateful_branch_of_a_fetched_cond_runs(strategy):
     np.testing.assert_array_equal(variables["accum"].numpy(), 0.0)  # applied, then reset
     assert np.abs(variables["w"].numpy()).sum() > 0
     assert model.global_step == 2
+
+
+weight = tf.Variable(1.0)
+
+
+def increments_seen(make_train_op):
+    """`always_increments` for the train_op `make_train_op(loss, step)` builds in a traced graph."""
+    step = tf.Variable(0, dtype=tf.int64)
+    seen = []
+
+    @tf.function(autograph=False)
+    def trace():
+        before = step.read_value()
+        loss = tf.square(weight)
+        seen.append(always_increments(make_train_op(loss, step), before))
+
+    trace.get_concrete_function()
+    return seen[0]
+
+
+def test_always_increments_sees_only_a_sure_increment_of_that_variable():
+    sgd = tf.compat.v1.train.GradientDescentOptimizer
+
+    assert increments_seen(lambda loss, step: sgd(0.1).minimize(loss, global_step=step, var_list=[weight]))
+    assert not increments_seen(lambda loss, step: sgd(0.1).minimize(loss, var_list=[weight]))  # left alone
+    assert not increments_seen(lambda loss, step: step.assign_add(0))
+    assert not increments_seen(  # a branch may skip it
+        lambda loss, step: tf.cond(loss > 0, lambda: step.assign_add(1), lambda: step.read_value()))
+    assert not increments_seen(  # another write to the step
+        lambda loss, step: tf.group(step.assign_add(1), step.assign(5)))
+    other = tf.Variable(0, dtype=tf.int64)
+    assert not increments_seen(lambda loss, step: other.assign_add(1))
+
+
+def test_a_train_op_that_increments_the_global_step_on_some_steps_still_counts_each_step():
+    def model_fn(features, labels, mode, params):
+        step = tf.compat.v1.train.get_or_create_global_step()
+        w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(tf.matmul(features["x"], w) - labels))
+        update = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+        with tf.control_dependencies([update]):  # counts odd steps only: the model counts the others
+            train_op = tf.cond(step % 2 == 1, lambda: step.assign_add(1), lambda: step.read_value()).op
+        return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    model = models.make_model(model_fn=model_fn, k=4)  # (a merge_call in a branch: no MirroredStrategy)
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=7)], verbose=0)
+    assert model.global_step == 7
