@@ -11,6 +11,7 @@ Every program runs with `TPUEstimator(use_tpu=False)` in a fresh temporary
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import json
 import logging
@@ -311,6 +312,69 @@ def bert_like(est: Any) -> dict:
     return result
 
 
+# A repeated train input (`dataset.repeat()`, which tf.data says cannot end) crossing epoch
+# boundaries: `program`'s model_fn and input_fns with these run settings. A batch of 12 over the
+# 16 repeated train rows straddles an epoch boundary in every batch but the first, and
+# `iterations_per_loop=3` puts several of them in one execution. The run: `train(max_steps)`,
+# then `train(steps=then_steps)` (input_fn called again: the input restarts), then `evaluate()`.
+# Recorded with the numbers, so the tests rebuild exactly this program.
+REPEATED_INPUT_RUN = {
+    "program": "moving_average_program",
+    "train_batch_size": 12,
+    "iterations_per_loop": 3,
+    "max_steps": 7,
+    "then_steps": 5,
+}
+
+
+def repeated_input_program(est: Any, run: dict) -> programs.Program:
+    program = getattr(programs, run["program"])(est)
+    settings = {key: run[key] for key in ("train_batch_size", "iterations_per_loop", "max_steps")}
+    return dataclasses.replace(program, **settings)
+
+
+def finite_copy(input_fn: programs.InputFn, global_batch_size: int, steps: int) -> programs.InputFn:
+    """`input_fn`'s dataset cut (`take`) to `steps` global batches: the same batches, an input that can end.
+
+    `params["batch_size"]` may be a replica's share of `global_batch_size` (a strategy's input
+    pipeline); the cut is then that many more batches, the same rows.
+    """
+
+    def finite_input_fn(params: dict) -> tf.data.Dataset:
+        batches, rest = divmod(steps * global_batch_size, params["batch_size"])
+        assert rest == 0, params
+        return input_fn(params).take(batches)
+
+    return finite_input_fn
+
+
+def repeated_input_run(estimator: Any, program: programs.Program, then_steps: int) -> dict:
+    estimator.train(program.train_input_fn, max_steps=program.max_steps)
+    result = {"after_max_steps": variables(estimator)}
+    estimator.train(program.train_input_fn, steps=then_steps)
+    result["after_steps"] = variables(estimator)
+    result["evaluate"] = evaluate(estimator, program)
+    return result
+
+
+def repeated_input(est: Any) -> dict:
+    run = REPEATED_INPUT_RUN
+    program = repeated_input_program(est, run)
+    dataset = program.train_input_fn({"batch_size": program.train_batch_size})
+    assert dataset.cardinality() == tf.data.INFINITE_CARDINALITY, dataset.cardinality()
+    with model_dir() as path:
+        result = repeated_input_run(programs.build_estimator(est, program, path), program, run["then_steps"])
+    # The same batches from an input that can end give the same numbers.
+    finite = dataclasses.replace(
+        program,
+        train_input_fn=finite_copy(program.train_input_fn, program.train_batch_size, program.max_steps),
+    )
+    with model_dir() as path:
+        again = repeated_input_run(programs.build_estimator(est, finite, path), finite, run["then_steps"])
+    assert plain(again) == plain(result), (again, result)
+    return {"run": run, **result}
+
+
 def check_session_loop(loop: dict, result: dict) -> None:
     """The hand-written Session loop must reproduce the estimator's numbers."""
     loop = plain(loop)
@@ -339,6 +403,7 @@ CASES = {
     "MOVING_AVERAGE": moving_average,
     "BERT_LIKE": bert_like,
     "SESSION_HOOKS": session_hooks,
+    "REPEATED_INPUT": repeated_input,
 }
 
 

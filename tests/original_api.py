@@ -479,6 +479,10 @@ ERRORS = {
     ],
     "train.cpu.steps=None,max_steps=None (finite input)": None,
     "train.cpu.max_steps reached (skips)": None,
+    "train.cpu.truncated newest checkpoint": [
+        "tf.errors.OutOfRangeError",
+        "Graph execution error:\n\nDetected at node 'save/RestoreV2' defined at (most recent call last):\nNode: 'save/RestoreV2'\nRead less bytes than requested\n\t [[{{node save/RestoreV2}}]]\n\nOriginal stack trace for 'save/RestoreV2':\n",
+    ],
     "train.cpu.input_fn()": [
         "ValueError",
         "input_fn (<function _.<locals>.no_params_input_fn at 0x...>) does not include params argument, required by TPUEstimator to pass batch size as params[\"batch_size\"]",
@@ -602,6 +606,10 @@ ERRORS = {
         "ValueError",
         "model_fn (<function _.<locals>.model_fn at 0x...>) does not include params argument, required by TPUEstimator to pass batch size as params['batch_size']",
     ],
+    "evaluate.cpu.truncated newest checkpoint": [
+        "tf.errors.OutOfRangeError",
+        "Graph execution error:\n\nDetected at node 'save/RestoreV2' defined at (most recent call last):\nNode: 'save/RestoreV2'\nRead less bytes than requested\n\t [[{{node save/RestoreV2}}]]\n\nOriginal stack trace for 'save/RestoreV2':\n",
+    ],
     "predict.cpu.predict_keys=['nope']": [
         "ValueError",
         "Expected to run at least one output from dict_keys(['y']), provided ['nope'].",
@@ -644,6 +652,10 @@ ERRORS = {
         "ValueError",
         "input_fn (<function _.<locals>.no_params_input_fn at 0x...>) does not include params argument, required by TPUEstimator to pass batch size as params[\"batch_size\"]",
     ],
+    "predict.cpu.truncated newest checkpoint": [
+        "tf.errors.OutOfRangeError",
+        "Graph execution error:\n\nDetected at node 'save/RestoreV2' defined at (most recent call last):\nNode: 'save/RestoreV2'\nRead less bytes than requested\n\t [[{{node save/RestoreV2}}]]\n\nOriginal stack trace for 'save/RestoreV2':\n",
+    ],
     "export_saved_model.no checkpoint": [
         "ValueError",
         "Couldn't find trained model at {model_dir}.",
@@ -668,6 +680,23 @@ ERRORS = {
         "ValueError",
         "Multiple `export_outputs` were provided, but none of them are specified as the default. Use`tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY` to specify a default.",
     ],
+    "export_saved_model.mode=train,export_to_tpu=False.model_fn(features,mode,params) with labels": [
+        "ValueError",
+        "model_fn does not take labels, but input_fn returns labels.",
+    ],
+    "export_saved_model.mode=train.model_fn(features,mode,params) with labels": [
+        "ValueError",
+        "model_fn does not take labels, but input_fn returns labels.",
+    ],
+    "export_saved_model.mode=eval,export_to_tpu=False.model_fn(features,mode,params) with labels": [
+        "ValueError",
+        "model_fn does not take labels, but input_fn returns labels.",
+    ],
+    "export_saved_model.mode=eval.model_fn(features,mode,params) with labels": [
+        "ValueError",
+        "model_fn does not take labels, but input_fn returns labels.",
+    ],
+    "export_saved_model.mode=eval.model_fn(features,labels,mode,params) (accepted)": None,
     "TPUEstimatorSpec.eval_metrics=lambda": ["ValueError", "eval_metrics should be tuple or list"],
     "TPUEstimatorSpec.eval_metrics=(metric_fn,)": [
         "ValueError",

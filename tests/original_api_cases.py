@@ -6,6 +6,9 @@ Two tables of `name -> case`; a case is a function of an `api` namespace:
   tensorflow-estimator 2.15, see `original_api()`), `keras_tpu_estimator.estimator` here;
 - `api.parse_iterations_per_loop`: the original's `tpu.util.parse_iterations_per_loop`,
   `keras_tpu_estimator.parse_iterations_per_loop` here;
+- `api.build_raw_supervised_input_receiver_fn`: the original's
+  `tf.compat.v1.estimator.experimental.build_raw_supervised_input_receiver_fn`,
+  `keras_tpu_estimator.export.build_raw_supervised_input_receiver_fn` here;
 - `api.model_dir`: an empty temporary directory of the case's own.
 
 `ERRORS`: each case makes one call that the original rejects (or, where the name
@@ -50,10 +53,13 @@ def normalise(text: str, model_dir: str) -> str:
     The case's model_dir becomes `{model_dir}`, memory addresses `0x...`, graph
     tensors `<Tensor>` (`Tensor("name:0", shape=(2,), dtype=float32)` and
     `<tf.Tensor 'name:0' shape=(2,) dtype=float32>`: names and devices differ
-    between TensorFlow versions), and module paths in class reprs are dropped:
+    between TensorFlow versions), module paths in class reprs are dropped:
     `<class 'a.b.EstimatorSpec'>` becomes `<class '...EstimatorSpec'>`,
-    `<a.b.RunConfig object at 0x...>` becomes `<...RunConfig object at 0x...>`.
+    `<a.b.RunConfig object at 0x...>` becomes `<...RunConfig object at 0x...>`,
+    and so are the stack frames (`File "...", line N, in f` lines) a graph
+    error's message lists for the node that failed.
     """
+    text = re.sub(r'^[ \t]*File "[^"\n]*", line \d+, in [^\n]*(?:\n|$)', "", text, flags=re.MULTILINE)
     text = text.replace(model_dir, MODEL_DIR)
     text = re.sub(r"0x[0-9a-fA-F]+", "0x...", text)
     text = re.sub(r'Tensor\("[^"]*", shape=\([^)]*\), dtype=\w+(?:, device=[^)]*)?\)', "<Tensor>", text)
@@ -82,6 +88,9 @@ def original_api(model_dir: str) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         estimator=tf.compat.v1.estimator,
         parse_iterations_per_loop=util.parse_iterations_per_loop,
+        build_raw_supervised_input_receiver_fn=(
+            tf.compat.v1.estimator.experimental.build_raw_supervised_input_receiver_fn
+        ),
         model_dir=model_dir,
     )
 
@@ -191,6 +200,23 @@ def write_checkpoint(api: Any) -> str:
             session.run(tf.compat.v1.global_variables_initializer())
             session.run(step.assign(1))
             return saver.save(session, os.path.join(api.model_dir, "model.ckpt"), global_step=1)
+
+
+def two_checkpoints_newest_truncated(api: Any, estimator: Any) -> str:
+    """Trains `estimator` to step 1, then to step 2; the newest checkpoint's data file is then cut in half.
+
+    Returns the truncated file's path. Each `train` call ends with a checkpoint
+    of its last step, so `model.ckpt-1` stays whole and `model.ckpt-2` is the
+    newest (the one `tf.train.latest_checkpoint` names).
+    """
+    estimator.train(input_fn, max_steps=1)
+    estimator.train(input_fn, max_steps=2)
+    newest = tf.train.latest_checkpoint(api.model_dir)
+    assert newest is not None and newest.endswith("model.ckpt-2"), newest
+    data = newest + ".data-00000-of-00001"
+    with open(data, "r+b") as file:
+        file.truncate(os.path.getsize(data) // 2)
+    return data
 
 
 @contextlib.contextmanager
@@ -566,6 +592,13 @@ def _(api):
     estimator_for(api).train(input_fn, max_steps=1)
 
 
+@_error("train.cpu.truncated newest checkpoint")
+def _(api):
+    estimator = estimator_for(api)
+    two_checkpoints_newest_truncated(api, estimator)
+    estimator.train(input_fn, max_steps=3)
+
+
 @_error("train.cpu.input_fn()")
 def _(api):
     def no_params_input_fn():
@@ -870,6 +903,13 @@ def _(api):
     estimator_for(api, model_fn).evaluate(input_fn, steps=1)
 
 
+@_error("evaluate.cpu.truncated newest checkpoint")
+def _(api):
+    estimator = estimator_for(api)
+    two_checkpoints_newest_truncated(api, estimator)
+    estimator.evaluate(input_fn, steps=1)
+
+
 # --- predict --------------------------------------------------------------------------------------
 
 
@@ -936,6 +976,13 @@ def _(api):
     list(estimator_for(api).predict(no_params_input_fn))
 
 
+@_error("predict.cpu.truncated newest checkpoint")
+def _(api):
+    estimator = estimator_for(api)
+    two_checkpoints_newest_truncated(api, estimator)
+    list(estimator.predict(predict_input_fn))
+
+
 # --- export_saved_model ---------------------------------------------------------------------------
 
 
@@ -989,6 +1036,45 @@ _error("export_saved_model.export_outputs without serving_default")(
         }
     )
 )
+
+
+def _supervised_export_case(mode: str, export_to_tpu: bool) -> Case:
+    """`export_saved_model(experimental_mode=mode)` from a receiver of features and labels.
+
+    The receiver fn comes from `build_raw_supervised_input_receiver_fn`; the
+    `model_fn(features, mode, params)` takes no labels.
+    """
+
+    def case(api):
+        def model_fn(features, mode, params):
+            del features, mode, params
+            raise Stop
+
+        receiver_fn = api.build_raw_supervised_input_receiver_fn({"x": tf.ones([2, 1])}, tf.ones([2, 1]))
+        write_checkpoint(api)
+        estimator = estimator_for(api, model_fn, export_to_tpu=export_to_tpu)
+        estimator.export_saved_model(
+            os.path.join(api.model_dir, "export"), receiver_fn, experimental_mode=mode
+        )
+
+    return case
+
+
+for _mode in ("train", "eval"):
+    for _export_to_tpu in (False, True):
+        _error(
+            f"export_saved_model.mode={_mode}{'' if _export_to_tpu else ',export_to_tpu=False'}"
+            ".model_fn(features,mode,params) with labels"
+        )(_supervised_export_case(_mode, _export_to_tpu))
+
+
+@_error("export_saved_model.mode=eval.model_fn(features,labels,mode,params) (accepted)")
+def _(api):
+    receiver_fn = api.build_raw_supervised_input_receiver_fn({"x": tf.ones([2, 1])}, tf.ones([2, 1]))
+    write_checkpoint(api)
+    estimator_for(api).export_saved_model(
+        os.path.join(api.model_dir, "export"), receiver_fn, experimental_mode="eval"
+    )
 
 
 @_default("export_saved_model.returns (str and bytes export_dir_base)")

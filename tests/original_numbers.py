@@ -760,3 +760,36 @@ SESSION_HOOKS = {
         [4, 4.284585475921631],
     ],
 }
+
+REPEATED_INPUT = {
+    "after_max_steps": {
+        "global_step": 7,
+        "linear/bias": [0.02624601684510708],
+        "linear/bias/ExponentialMovingAverage": [0.01862262934446335],
+        "linear/kernel": [[0.7856923937797546], [-0.7316607236862183], [0.5793276429176331]],
+        "linear/kernel/ExponentialMovingAverage": [
+            [0.7024924755096436],
+            [-0.6286202073097229],
+            [0.5382515788078308],
+        ],
+    },
+    "after_steps": {
+        "global_step": 12,
+        "linear/bias": [0.1089961975812912],
+        "linear/bias/ExponentialMovingAverage": [0.08805026113986969],
+        "linear/kernel": [[0.957935094833374], [-1.0513132810592651], [0.6508800983428955]],
+        "linear/kernel/ExponentialMovingAverage": [
+            [0.9346721768379211],
+            [-0.9948837757110596],
+            [0.6403679251670837],
+        ],
+    },
+    "evaluate": {"global_step": 12, "loss": 1.0677043199539185},
+    "run": {
+        "iterations_per_loop": 3,
+        "max_steps": 7,
+        "program": "moving_average_program",
+        "then_steps": 5,
+        "train_batch_size": 12,
+    },
+}

@@ -32,6 +32,7 @@ def api_for(model_dir) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         estimator=kte.estimator,
         parse_iterations_per_loop=kte.parse_iterations_per_loop,
+        build_raw_supervised_input_receiver_fn=kte.export.build_raw_supervised_input_receiver_fn,
         model_dir=str(model_dir),
     )
 
@@ -94,6 +95,14 @@ DELIBERATE = {
         "a Keras optimizer may train it; 'Missing train_op.' comes when the model has none", None),
     "EstimatorSpec.mode=train without train_op": (
         "a Keras optimizer may train it; 'Missing train_op.' comes when the model has none", None),
+    # The original's Saver failed to restore (tf.errors.OutOfRangeError, "Read less bytes than
+    # requested"); here the newest checkpoint that can be read is restored, with a warning.
+    "train.cpu.truncated newest checkpoint": (
+        "the next older checkpoint (model.ckpt-1) is restored with a warning", None),
+    "evaluate.cpu.truncated newest checkpoint": (
+        "the next older checkpoint (model.ckpt-1) is evaluated with a warning", None),
+    "predict.cpu.truncated newest checkpoint": (
+        "the next older checkpoint (model.ckpt-1) predicts with a warning", None),
 }
 
 

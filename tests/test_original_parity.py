@@ -9,6 +9,7 @@ over 4 logical CPUs, with the same global batches, so it gives the same numbers
 wherever the original's do not depend on a partial batch.
 """
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -204,6 +205,54 @@ def test_evaluate_loss_is_the_mean_of_the_steps_losses(tmp_path):
     expected = original.PARTIAL_EVAL_LOSS
     est = trained(program, tmp_path)
     assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"])
+
+
+# ------------------------------------------------------------------ a repeated input
+def finite_copy(input_fn, global_batch_size, steps):
+    """`input_fn`'s dataset cut (`take`) to `steps` global batches: the same batches, an input that can end.
+
+    `params["batch_size"]` may be a replica's share of `global_batch_size` (a strategy's input
+    pipeline); the cut is then that many more batches, the same rows.
+    """
+
+    def finite_input_fn(params):
+        batches, rest = divmod(steps * global_batch_size, params["batch_size"])
+        assert rest == 0, params
+        return input_fn(params).take(batches)
+
+    return finite_input_fn
+
+
+@pytest.mark.parametrize("train_input", ["repeated", "finite"])
+def test_a_repeated_input_trains_as_the_original_and_as_an_input_that_can_end(train_input, path, tmp_path):
+    """`dataset.repeat()` (read without a per-step end-of-input check) crossing epoch boundaries.
+
+    The run `scripts/original_numbers.py` recorded: batches of 12 over 16 repeated rows (all but
+    the first straddle an epoch boundary), 3 steps per execution, `train(max_steps=7)`, then
+    `train(steps=5)` (the input restarts), then `evaluate()`. The same batches from an input that
+    can end (`finite`) give the same numbers.
+    """
+    expected = original.REPEATED_INPUT
+    run = expected["run"]
+    program = dataclasses.replace(
+        getattr(programs, run["program"])(EST),
+        **{key: run[key] for key in ("train_batch_size", "iterations_per_loop", "max_steps")},
+    )
+    repeated = program.train_input_fn({"batch_size": program.train_batch_size})
+    assert repeated.cardinality() == tf.data.INFINITE_CARDINALITY
+    if train_input == "finite":
+        finite_input_fn = finite_copy(program.train_input_fn, program.train_batch_size, program.max_steps)
+        assert finite_input_fn({"batch_size": program.train_batch_size}).cardinality() == program.max_steps
+        program = dataclasses.replace(program, train_input_fn=finite_input_fn)
+    est = estimator(program, tmp_path, path)
+    est.train(program.train_input_fn, max_steps=program.max_steps)
+    assert est.get_variable_names() == sorted(expected["after_max_steps"])
+    for name, value in expected["after_max_steps"].items():
+        assert_close(est.get_variable_value(name), value, rtol=1e-5)
+    est.train(program.train_input_fn, steps=run["then_steps"])
+    for name, value in expected["after_steps"].items():
+        assert_close(est.get_variable_value(name), value, rtol=1e-5)
+    assert_close(est.evaluate(program.eval_input_fn), expected["evaluate"], rtol=1e-5)
 
 
 # ------------------------------------------------------------------ metrics, Keras, BERT
