@@ -158,14 +158,18 @@ def _build_graph(
     graph = tf.Graph()
     with graph.as_default():
         receiver = receiver_fn()
-        if not isinstance(receiver, (ServingInputReceiver, TensorServingInputReceiver)):
+        if not isinstance(receiver, (ServingInputReceiver, TensorServingInputReceiver, SupervisedInputReceiver)):
             raise TypeError(
-                "serving_input_receiver_fn must return a ServingInputReceiver or "
-                f"TensorServingInputReceiver. Received: {type(receiver).__name__}"
+                "serving_input_receiver_fn must return a ServingInputReceiver, "
+                f"TensorServingInputReceiver or SupervisedInputReceiver. Received: {type(receiver).__name__}"
             )
         tf.compat.v1.train.get_or_create_global_step()
+        # A supervised receiver's labels reach model_fn in PREDICT too (refused when it takes none), as
+        # in the original's export; TPU inference drops them, as the original's did.
+        labels = getattr(receiver, "labels", None)
         if not whole_model_on_tpu:
-            outputs = _export_outputs(_call_model_fn(model_fn, receiver.features, params, config))
+            spec = _call_model_fn(model_fn, receiver.features, params, config, labels=labels)
+            outputs = _export_outputs(spec)
         else:
             with _compat.keras_layer_variables_named_by_path(), _compat.fresh_keras_auto_names():
                 spec = model_fn_inference_on_tpu(model_fn, receiver.features, None, config, params)

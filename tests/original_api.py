@@ -696,7 +696,16 @@ ERRORS = {
         "ValueError",
         "model_fn does not take labels, but input_fn returns labels.",
     ],
+    "export_saved_model.mode=infer,export_to_tpu=False.model_fn(features,mode,params) with labels": [
+        "ValueError",
+        "model_fn does not take labels, but input_fn returns labels.",
+    ],
+    "export_saved_model.mode=infer.model_fn(features,mode,params) with labels": [
+        "ValueError",
+        "model_fn does not take labels, but input_fn returns labels.",
+    ],
     "export_saved_model.mode=eval.model_fn(features,labels,mode,params) (accepted)": None,
+    "export_saved_model.mode=infer.model_fn(features,labels,mode,params) (accepted)": None,
     "TPUEstimatorSpec.eval_metrics=lambda": ["ValueError", "eval_metrics should be tuple or list"],
     "TPUEstimatorSpec.eval_metrics=(metric_fn,)": [
         "ValueError",

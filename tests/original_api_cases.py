@@ -1060,7 +1060,7 @@ def _supervised_export_case(mode: str, export_to_tpu: bool) -> Case:
     return case
 
 
-for _mode in ("train", "eval"):
+for _mode in ("train", "eval", "infer"):
     for _export_to_tpu in (False, True):
         _error(
             f"export_saved_model.mode={_mode}{'' if _export_to_tpu else ',export_to_tpu=False'}"
@@ -1068,12 +1068,20 @@ for _mode in ("train", "eval"):
         )(_supervised_export_case(_mode, _export_to_tpu))
 
 
-@_error("export_saved_model.mode=eval.model_fn(features,labels,mode,params) (accepted)")
-def _(api):
-    receiver_fn = api.build_raw_supervised_input_receiver_fn({"x": tf.ones([2, 1])}, tf.ones([2, 1]))
-    write_checkpoint(api)
-    estimator_for(api).export_saved_model(
-        os.path.join(api.model_dir, "export"), receiver_fn, experimental_mode="eval"
+def _supervised_export_accepted(mode: str) -> Case:
+    def case(api):
+        receiver_fn = api.build_raw_supervised_input_receiver_fn({"x": tf.ones([2, 1])}, tf.ones([2, 1]))
+        write_checkpoint(api)
+        estimator_for(api).export_saved_model(
+            os.path.join(api.model_dir, "export"), receiver_fn, experimental_mode=mode
+        )
+
+    return case
+
+
+for _mode in ("eval", "infer"):  # PREDICT too: model_fn gets the receiver's labels
+    _error(f"export_saved_model.mode={_mode}.model_fn(features,labels,mode,params) (accepted)")(
+        _supervised_export_accepted(_mode)
     )
 
 

@@ -197,6 +197,25 @@ def test_train_export_needs_a_supervised_receiver_and_writes_a_train_graph(train
     assert signature.method_name == "tensorflow/supervised/training" and "loss" in signature.outputs
 
 
+def test_a_supervised_receiver_gives_its_labels_to_model_fn_in_a_serving_export(trained, tmp_path):
+    seen = []
+
+    def labelled_model_fn(features, labels, mode, params):
+        seen.append(labels)
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        return spec._replace(predictions={"y": spec.predictions["y"], "label": labels})
+
+    config = kte.RunConfig(model_dir=str(trained))
+    estimator = kte.TPUEstimator(labelled_model_fn, config=config, params={"optimizer": "sgd"},
+                                 train_batch_size=16, export_to_tpu=False)
+    path = estimator.export_saved_model(str(tmp_path), SUPERVISED)  # PREDICT
+    assert seen[-1] is not None
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    features, labels = models.data(4)
+    served = signature(x=tf.constant(features["x"]), id=tf.constant(features["id"]), labels=tf.constant(labels))
+    np.testing.assert_array_equal(served["label"].numpy(), labels)
+
+
 def test_export_outputs_follow_the_estimator_s_rules(trained, tmp_path):
     """Several outputs need a `serving_default`; a single one becomes it too (as get_export_outputs)."""
 

@@ -32,7 +32,7 @@ def api_for(model_dir) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         estimator=kte.estimator,
         parse_iterations_per_loop=kte.parse_iterations_per_loop,
-        build_raw_supervised_input_receiver_fn=kte.export.build_raw_supervised_input_receiver_fn,
+        build_raw_supervised_input_receiver_fn=kte.estimator.experimental.build_raw_supervised_input_receiver_fn,
         model_dir=str(model_dir),
     )
 

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from keras_tpu_estimator.checkpoints import WarmStartSettings
 from keras_tpu_estimator.config import RunConfig
-from keras_tpu_estimator.estimator import export, tpu
+from keras_tpu_estimator.estimator import experimental, export, tpu
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys
 
 _train = tf.compat.v1.train
@@ -68,6 +68,7 @@ __all__ = [
     "StopAtStepHook",
     "SummarySaverHook",
     "WarmStartSettings",
+    "experimental",
     "export",
     "tpu",
 ]
