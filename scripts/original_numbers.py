@@ -168,9 +168,15 @@ def eval_events(path: str) -> list[dict]:
 # --- cases --------------------------------------------------------------------------------------
 
 
-def session_hooks(est: Any) -> dict:
-    with model_dir() as path:
-        return programs.session_hooks_run(est, path)
+def session_hooks(est: Any, runs: int = 9) -> dict:
+    """The most common of `runs` runs: in TF1 a global step fetched in the same `session.run` as the
+    `train_op` races the update (about 1 run in 5 shows a step of 2 for 1); the losses never differ."""
+    outcomes = []
+    for _ in range(runs):
+        with model_dir() as path:
+            outcomes.append(plain(programs.session_hooks_run(est, path)))
+    keys = [repr(outcome) for outcome in outcomes]
+    return outcomes[max(range(runs), key=lambda index: keys.count(keys[index]))]
 
 
 def init_from_checkpoint(est: Any) -> dict:
