@@ -66,6 +66,26 @@ _CALLBACKS = {
     ModeKeys.EVAL: ("on_test_batch_begin", "on_test_batch_end"),
     ModeKeys.PREDICT: ("on_predict_batch_begin", "on_predict_batch_end"),
 }
+_ALSO = {"on_train_batch_begin": "on_batch_begin", "on_train_batch_end": "on_batch_end"}  # Keras' defaults call these
+
+
+def _overrides(callback: Any, name: str) -> bool:
+    method = getattr(callback, name, None)
+    return getattr(method, "__func__", method) is not getattr(keras.callbacks.Callback, name)
+
+
+def _batch_hook(callbacks: Any, name: str) -> Callable[..., Any]:
+    """`callbacks.<name>`, or a no-op when no callback overrides it (Keras' own hooks do nothing).
+
+    Skipping the call skips `CallbackList`'s conversion of the logs to Python
+    numbers, about 20 us per execution, as TF-Keras skipped batch hooks nobody had.
+    """
+    members = getattr(callbacks, "callbacks", None)
+    if members is not None and not any(
+        _overrides(c, name) or (name in _ALSO and _overrides(c, _ALSO[name])) for c in members
+    ):
+        return lambda *args, **kwargs: None
+    return getattr(callbacks, name)
 
 
 def checked_variables(variables: Sequence[Any]) -> list:
@@ -260,7 +280,7 @@ class ExecutionDriver:
         """
         model = self._model
         flag = _STOP_FLAG[mode]
-        begin, end = (getattr(callbacks, name) for name in _CALLBACKS[mode])
+        begin, end = (_batch_hook(callbacks, name) for name in _CALLBACKS[mode])
         if mode != ModeKeys.TRAIN:
             setattr(model, flag, False)
         done, self.ended_by = 0, None

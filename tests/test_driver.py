@@ -154,3 +154,29 @@ def test_one_step_executions_run_without_a_loop_and_give_the_same_numbers(monkey
     assert one.evaluate(finite_input(3), verbose=0, return_dict=True) == pytest.approx(
         four.evaluate(finite_input(3), verbose=0, return_dict=True))
     assert one._driver.ended_by == "input" and "While" not in loop_op_types(concretes[2])
+
+
+def test_batch_hooks_run_for_callbacks_that_override_them_and_only_then(monkeypatch):
+    logged = []
+    original = keras.callbacks.CallbackList.on_test_batch_end
+    monkeypatch.setattr(keras.callbacks.CallbackList, "on_test_batch_end",
+                        lambda self, batch, logs=None: logged.append(batch) or original(self, batch, logs))
+    model = models.make_model(k=2)
+    model.evaluate(finite_input(4), callbacks=[keras.callbacks.Callback()], verbose=0)
+    assert logged == []  # nobody listens: no call, no conversion of the logs
+    ends = []
+    lambda_callback = keras.callbacks.LambdaCallback(on_test_batch_end=lambda batch, logs: ends.append(batch))
+    model.evaluate(finite_input(4), callbacks=[lambda_callback], verbose=0)
+    assert logged == ends == [1, 3]
+
+    class OnBatchEnd(keras.callbacks.Callback):  # Keras' on_train_batch_end calls on_batch_end
+        def __init__(self):
+            super().__init__()
+            self.batches = []
+
+        def on_batch_end(self, batch, logs=None):
+            self.batches.append(batch)
+
+    on_batch_end = OnBatchEnd()
+    model.fit(finite_input(4), callbacks=[on_batch_end], verbose=0)
+    assert on_batch_end.batches == [1, 3]
