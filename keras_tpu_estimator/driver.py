@@ -70,8 +70,12 @@ _ALSO = {"on_train_batch_begin": "on_batch_begin", "on_train_batch_end": "on_bat
 
 
 def _overrides(callback: Any, name: str) -> bool:
-    method = getattr(callback, name, None)
-    return getattr(method, "__func__", method) is not getattr(keras.callbacks.Callback, name)
+    try:
+        if name in vars(callback):  # set on the instance, as LambdaCallback does
+            return True
+    except TypeError:  # no instance dictionary
+        pass
+    return getattr(type(callback), name, None) is not getattr(keras.callbacks.Callback, name)
 
 
 def _batch_hook(callbacks: Any, name: str) -> Callable[..., Any]:
