@@ -58,10 +58,10 @@ _V1_CONTROL_FLOW = frozenset({"Switch", "Merge", "RefSwitch", "RefMerge", "Enter
 
 
 def always_increments(fetch: Any, read: tf.Tensor) -> bool:
-    """Whether running `fetch` surely adds a nonzero constant to the variable `read` was read from.
+    """Whether running `fetch` surely adds a positive constant to the variable `read` was read from.
 
     True when the ops `fetch` needs (by data or control dependencies) write
-    that variable only through `AssignAddVariableOp`s of nonzero constants
+    that variable only through `AssignAddVariableOp`s of positive constants
     outside any branch: as `minimize(global_step=...)` counts a step. False
     when unsure (a write in a branch, another write, v1 control flow): then
     the caller checks at run time. Branches of v2 control flow are functions,
@@ -91,7 +91,7 @@ def always_increments(fetch: Any, read: tf.Tensor) -> bool:
             return False
         if op.type in _WRITES and op.inputs[0].name == handle.name:
             delta = tf.get_static_value(op.inputs[1]) if op.type == "AssignAddVariableOp" else None
-            if delta is None or delta == 0:
+            if delta is None or delta <= 0:  # only positive steps: they cannot cancel out
                 return False
             increments += 1
         pending.extend(op.inputs)

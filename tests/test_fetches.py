@@ -112,6 +112,7 @@ def test_always_increments_sees_only_a_sure_increment_of_that_variable():
     assert increments_seen(lambda loss, step: sgd(0.1).minimize(loss, global_step=step, var_list=[weight]))
     assert not increments_seen(lambda loss, step: sgd(0.1).minimize(loss, var_list=[weight]))  # left alone
     assert not increments_seen(lambda loss, step: step.assign_add(0))
+    assert not increments_seen(lambda loss, step: tf.group(step.assign_add(1), step.assign_add(-1)))
     assert not increments_seen(  # a branch may skip it
         lambda loss, step: tf.cond(loss > 0, lambda: step.assign_add(1), lambda: step.read_value()))
     assert not increments_seen(  # another write to the step
