@@ -168,7 +168,7 @@ def _host_call_function(part: HostPart, padded: bool) -> HostFunction:
     """`host_call`'s function: one Session call per execution when `fn` runs in a loop, else one per step."""
     try:
         return HostFunction(part, over_steps=True, padded=padded)
-    except Exception as error:  # e.g. fn creates variables, which a loop cannot: a call per step
+    except Exception as error:  # e.g. a variable from a tensor initializer: a call per step
         _log.debug("host_call runs once per step: no loop over steps (%s)", error)
         return HostFunction(part)
 
