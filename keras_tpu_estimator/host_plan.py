@@ -153,7 +153,7 @@ class HostPlan:
     def from_spec(
         cls, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None
     ) -> HostPlan | None:
-        """Checks `spec`'s host tensors; the plan, or None when a step sends nothing."""
+        """Checks `spec`'s host tensors; the plan, or None when it has no `host_call` or `eval_metrics`."""
         pairs = [("host_call", getattr(spec, "host_call", None))]
         if mode == ModeKeys.EVAL:
             pairs.append(("eval_metrics", getattr(spec, "eval_metrics", None)))
@@ -165,8 +165,10 @@ class HostPlan:
                 check_batch_major(name, part_tensors, keys)
                 found[name] = (fn, keys, part_tensors)
                 tensors += part_tensors
-        if not tensors:
+        if not found:
             return None
+        if not tensors:  # host_call=(fn, []): nothing travels, but fn still runs once per step
+            padded = False
         specs = [
             tf.TensorSpec([rows if t.shape[0] is None else t.shape[0], *t.shape[1:]], t.dtype)
             for t in tensors
@@ -227,7 +229,7 @@ class HostPlan:
                 else t
                 for t, s in zip(tensors, self.specs[:-1], strict=True)
             ]
-        return tensors + ([mask] if mask is not None else [])
+        return tensors + ([mask] if mask is not None and self.padded else [])
 
     def split(self, values: Sequence[Any]) -> HostValues:
         """Takes one step's values (or an execution's, stacked over steps) apart (the host side)."""

@@ -245,7 +245,7 @@ class ModelFnRunner:
         record.host_plan = self.host.record(
             mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded_eval, rows=rows
         )
-        if unpadded_eval and rows is None and record.host_plan is not None:
+        if unpadded_eval and rows is None and record.host_plan is not None and record.host_plan.specs:
             raise ValueError(
                 "eval_metrics and host_call need a known batch size: the dataset's batch "
                 "size is not static. Pass `batch_size` (or `eval_batch_size`)."

@@ -95,6 +95,37 @@ def test_host_call_runs_in_eval_and_predict_every_step(strategy):
     np.testing.assert_array_equal(calls[-1][0], np.arange(32, 64))
 
 
+@pytest.mark.parametrize("use_tpu", [True, False])
+def test_a_host_call_without_tensors_runs_once_per_step(use_tpu, strategy):
+    calls = []
+
+    def fn():  # nothing travels from the device; the original still ran it every step
+        return tf.numpy_function(lambda: calls.append(1) or np.int64(0), [], tf.int64)
+
+    def model_fn(features, labels, mode, params):
+        return models.get_variable_mlp(features, labels, mode, params)._replace(host_call=(fn, []))
+
+    model = models.make_model(model_fn, strategy if use_tpu else None, k=4, use_tpu=use_tpu)
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=6)], verbose=0)
+    assert len(calls) == 6
+    model.evaluate(models.input_fn, steps=3, verbose=0)
+    assert len(calls) == 9
+    model.predict(models.predict_input_fn, verbose=0)  # 64 rows in batches of 16
+    assert len(calls) == 13
+
+
+@pytest.mark.parametrize("use_tpu", [True, False])
+def test_eval_metrics_without_tensors_are_reported(use_tpu, strategy):
+    def metric_fn():  # was silently left out on the strategy path
+        return {"constant": tf.compat.v1.metrics.mean(tf.constant(2.0))}
+
+    def model_fn(features, labels, mode, params):
+        return models.get_variable_mlp(features, labels, mode, params)._replace(eval_metrics=(metric_fn, []))
+
+    model = models.make_model(model_fn, strategy if use_tpu else None, k=2, use_tpu=use_tpu)
+    assert model.evaluate(models.input_fn, steps=3, verbose=0, return_dict=True)["constant"] == 2.0
+
+
 def summary_model_fn(features, labels, mode, params):
     step = tf.reshape(tf.compat.v1.train.get_or_create_global_step(), [1])
     spec = models.get_variable_mlp(features, labels, mode, params)
