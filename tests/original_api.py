@@ -877,6 +877,14 @@ DEFAULTS = {
     },
     "parse_iterations_per_loop('5|')": {"value": 5, "unit": "count", "tuple": [5, "count"]},
     "parse_iterations_per_loop('5\\n')": {"value": 5, "unit": "count", "tuple": [5, "count"]},
+    "evaluate.cpu.host_call=(fn, [])": {
+        "results": {"global_step": 1.0, "loss": 0.25},
+        "host_fn runs": 3,
+    },
+    "evaluate.cpu.eval_metrics=(fn, [])": {
+        "results": {"constant": 2.0, "global_step": 1.0, "loss": 0.25},
+        "host_fn runs": 0,
+    },
     "export_saved_model.returns (str and bytes export_dir_base)": {
         "str": {
             "type": "bytes",

@@ -1085,6 +1085,34 @@ for _mode in ("eval", "infer"):  # PREDICT too: model_fn gets the receiver's lab
     )
 
 
+def _without_tensors_case(field: str) -> Case:
+    """`evaluate` of a spec whose `host_call` / `eval_metrics` pair has no tensors: what it returns and ran."""
+
+    def case(api):
+        calls = []
+
+        def host_fn():
+            return tf.numpy_function(lambda: calls.append(1) or np.int64(0), [], tf.int64)
+
+        def metric_fn():
+            return {"constant": tf.compat.v1.metrics.mean(tf.constant(2.0))}
+
+        def make_spec(**parts):
+            pair = (host_fn, []) if field == "host_call" else (metric_fn, [])
+            keep = ("mode", "loss", "train_op", "predictions")
+            return api.estimator.tpu.TPUEstimatorSpec(**{k: parts[k] for k in keep}, **{field: pair})
+
+        write_checkpoint(api)
+        result = estimator_for(api, model_fn_for(api, make_spec)).evaluate(input_fn, steps=3)
+        return {"results": {k: float(v) for k, v in sorted(result.items())}, "host_fn runs": len(calls)}
+
+    return case
+
+
+for _field in ("host_call", "eval_metrics"):
+    _default(f"evaluate.cpu.{_field}=(fn, [])")(_without_tensors_case(_field))
+
+
 @_default("export_saved_model.returns (str and bytes export_dir_base)")
 def _(api):
     write_checkpoint(api)
