@@ -164,15 +164,15 @@ def _build_graph(
                 f"TensorServingInputReceiver or SupervisedInputReceiver. Received: {type(receiver).__name__}"
             )
         tf.compat.v1.train.get_or_create_global_step()
-        # A supervised receiver's labels reach model_fn in PREDICT too (refused when it takes none), as
-        # in the original's export; TPU inference drops them, as the original's did.
+        # A supervised receiver's labels reach model_fn in PREDICT too (refused when it takes none),
+        # on the CPU and the TPU metagraph alike, as in the original's export.
         labels = getattr(receiver, "labels", None)
         if not whole_model_on_tpu:
             spec = _call_model_fn(model_fn, receiver.features, params, config, labels=labels)
             outputs = _export_outputs(spec)
         else:
             with _compat.keras_layer_variables_named_by_path(), _compat.fresh_keras_auto_names():
-                spec = model_fn_inference_on_tpu(model_fn, receiver.features, None, config, params)
+                spec = model_fn_inference_on_tpu(model_fn, receiver.features, labels, config, params)
             outputs = _export_outputs(spec)
         with quiet_deprecations():
             signatures = {key: output.as_signature_def(receiver.receiver_tensors) for key, output in outputs.items()}

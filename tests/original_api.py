@@ -877,6 +877,10 @@ DEFAULTS = {
     },
     "parse_iterations_per_loop('5|')": {"value": 5, "unit": "count", "tuple": [5, "count"]},
     "parse_iterations_per_loop('5\\n')": {"value": 5, "unit": "count", "tuple": [5, "count"]},
+    "export_saved_model.infer: the labels each model_fn call sees (export_to_tpu=True)": [
+        {"mode": "infer", "labels": [None, 1]},
+        {"mode": "infer", "labels": [None, 1]},
+    ],
     "evaluate.cpu.host_call=(fn, [])": {
         "results": {"global_step": 1.0, "loss": 0.25},
         "host_fn runs": 3,

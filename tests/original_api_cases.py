@@ -1085,6 +1085,22 @@ for _mode in ("eval", "infer"):  # PREDICT too: model_fn gets the receiver's lab
     )
 
 
+@_default("export_saved_model.infer: the labels each model_fn call sees (export_to_tpu=True)")
+def _(api):
+    seen = []
+
+    def model_fn(features, labels, mode, params):
+        del params
+        seen.append({"mode": mode, "labels": None if labels is None else labels.shape.as_list()})
+        w = tf.compat.v1.get_variable("w", [1, 1], initializer=tf.compat.v1.zeros_initializer())
+        return api.estimator.tpu.TPUEstimatorSpec(mode, predictions={"y": tf.matmul(features["x"], w)})
+
+    receiver_fn = api.build_raw_supervised_input_receiver_fn({"x": tf.ones([2, 1])}, tf.ones([2, 1]))
+    write_checkpoint(api)
+    estimator_for(api, model_fn).export_saved_model(os.path.join(api.model_dir, "export"), receiver_fn)
+    return seen
+
+
 def _without_tensors_case(field: str) -> Case:
     """`evaluate` of a spec whose `host_call` / `eval_metrics` pair has no tensors: what it returns and ran."""
 

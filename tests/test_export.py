@@ -197,7 +197,9 @@ def test_train_export_needs_a_supervised_receiver_and_writes_a_train_graph(train
     assert signature.method_name == "tensorflow/supervised/training" and "loss" in signature.outputs
 
 
-def test_a_supervised_receiver_gives_its_labels_to_model_fn_in_a_serving_export(trained, tmp_path):
+@pytest.mark.parametrize("export_to_tpu", [False, True])
+def test_a_supervised_receiver_gives_its_labels_to_model_fn_in_a_serving_export(trained, tmp_path, export_to_tpu):
+    """As the original, model_fn sees the labels in every PREDICT metagraph (TPU and CPU)."""
     seen = []
 
     def labelled_model_fn(features, labels, mode, params):
@@ -207,10 +209,14 @@ def test_a_supervised_receiver_gives_its_labels_to_model_fn_in_a_serving_export(
 
     config = kte.RunConfig(model_dir=str(trained))
     estimator = kte.TPUEstimator(labelled_model_fn, config=config, params={"optimizer": "sgd"},
-                                 train_batch_size=16, export_to_tpu=False)
+                                 train_batch_size=16, export_to_tpu=export_to_tpu)
     path = estimator.export_saved_model(str(tmp_path), SUPERVISED)  # PREDICT
-    assert seen[-1] is not None
-    signature = tf.saved_model.load(path).signatures["serving_default"]
+    assert len(seen) == 1 + export_to_tpu and all(labels is not None for labels in seen)
+    if export_to_tpu:  # the TPU metagraph serves the labels too
+        graphs = loader_impl.parse_saved_model(path).meta_graphs
+        [tpu] = [g.signature_def["serving_default"] for g in graphs if "tpu" in g.meta_info_def.tags]
+        assert "label" in tpu.outputs and "labels" in tpu.inputs
+    signature = tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
     features, labels = models.data(4)
     served = signature(x=tf.constant(features["x"]), id=tf.constant(features["id"]), labels=tf.constant(labels))
     np.testing.assert_array_equal(served["label"].numpy(), labels)
