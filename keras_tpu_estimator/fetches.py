@@ -63,9 +63,9 @@ def always_increments(fetch: Any, read: tf.Tensor) -> bool:
     True when the ops `fetch` needs (by data or control dependencies) write
     that variable only through `AssignAddVariableOp`s of positive constants
     outside any branch: as `minimize(global_step=...)` counts a step. False
-    when unsure (a write in a branch, another write, v1 control flow): then
-    the caller checks at run time. Branches of v2 control flow are functions,
-    whose ops are not in `fetch`'s graph, so a visible write always runs.
+    when unsure (a write in a branch, another write, v1 control flow, the
+    variable passed into a function call or v2 branch, whose ops are not in
+    `fetch`'s graph): then the caller checks at run time.
 
     Example:
 
@@ -94,6 +94,8 @@ def always_increments(fetch: Any, read: tf.Tensor) -> bool:
             if delta is None or delta <= 0:  # only positive steps: they cannot cancel out
                 return False
             increments += 1
+        elif op.type != "ReadVariableOp" and any(t.name == handle.name for t in op.inputs):
+            return False  # the handle goes into a function call or a v2 branch, which may write it
         pending.extend(op.inputs)
         pending.extend(op.control_inputs)
     return increments > 0

@@ -119,6 +119,15 @@ def test_always_increments_sees_only_a_sure_increment_of_that_variable():
         lambda loss, step: tf.group(step.assign_add(1), step.assign(5)))
     other = tf.Variable(0, dtype=tf.int64)
     assert not increments_seen(lambda loss, step: other.assign_add(1))
+    assert not increments_seen(  # a sure increment, and a branch that may reset it
+        lambda loss, step: tf.group(
+            step.assign_add(1), tf.cond(loss > 5, lambda: step.assign(0), lambda: step.read_value())))
+
+    @tf.function(autograph=False)
+    def rewind(step):
+        return step.assign_sub(1)
+
+    assert not increments_seen(lambda loss, step: tf.group(step.assign_add(1), rewind(step)))  # a function call
 
 
 def test_a_train_op_that_increments_the_global_step_on_some_steps_still_counts_each_step():
