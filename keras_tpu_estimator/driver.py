@@ -160,6 +160,7 @@ class ExecutionDriver:
         self.last_execution_finite = True
         self._concrete: tuple | None = None
         self._step_counts: dict[int, tf.Tensor] = {}
+        self._call_step: int | None = None  # the global step during one evaluate / predict call
 
     # ---------------------------------------------------------------- sizing
     @staticmethod
@@ -245,6 +246,10 @@ class ExecutionDriver:
             if steps:
                 self.last_execution_finite = bool(scalars[_ALL_FINITE]) and math.isfinite(scalars[1])
         if result.host is not None and steps:
+            if mode != ModeKeys.TRAIN:  # the host functions' global step: read once per call
+                if self._call_step is None:
+                    self._call_step = self.global_step()
+                first_step = self._call_step
             self._host.submit(mode, [tensor.numpy() for tensor in result.host], first_step, steps)
         return result, scalars
 
@@ -287,6 +292,7 @@ class ExecutionDriver:
         begin, end = (_batch_hook(callbacks, name) for name in _CALLBACKS[mode])
         if mode != ModeKeys.TRAIN:
             setattr(model, flag, False)
+            self._call_step = None
         done, self.ended_by = 0, None
         while True:
             if getattr(model, flag):

@@ -7,6 +7,10 @@ function is built **once** in its own `tf.Graph` and run by a
 graph-mode TF2 summaries). Each `fit` / `evaluate` / `predict` is one call
 (`HostRunner.running`) with Sessions of its own, as each TPUEstimator call had.
 `host_call` runs once per step; `eval_metrics` once per execution when it can.
+Each host graph has a global step, set to the step's before `fn` runs on it,
+so `tf.compat.v1.train.get_global_step()` in `fn` reads the step its tensors
+come from (in TRAIN the global step before that step's update, as the
+original's CPU path mostly read; in EVAL and PREDICT the model's).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ class HostFunction:
 
     ```python
     host = HostFunction(plan.host_call)
-    host([np.zeros(32, np.float32)])   # opens the Session, runs one step
+    host([np.zeros(32, np.float32)], global_step=7)  # opens the Session, runs one step
     host.close()                       # flushes summary writers, closes the Session
     ```
     """
@@ -66,14 +70,21 @@ class HostFunction:
             return variable
 
         with self.graph.as_default():
+            self.global_step = tf.compat.v1.train.get_or_create_global_step()
             with tf.variable_creator_scope(recording):
                 if over_steps:  # call 0 runs the chosen steps of an execution (`host_loop.py`)
                     feeds, fetches = build_steps_loop(
-                        part, padded, lambda values: self._fetches(part.call(values, warn=False), fetch)
+                        part,
+                        padded,
+                        lambda values: self._fetches(part.call(values, warn=False), fetch),
+                        self.global_step,
                     )
                 else:
-                    feeds = [tf.compat.v1.placeholder(s.dtype, s.shape) for s in part.specs]
-                    self.result = part.call(feeds)
+                    # Unfed (reading results), the step stays as it is.
+                    step = tf.compat.v1.placeholder_with_default(self.global_step.read_value(), [])
+                    feeds = [step, *(tf.compat.v1.placeholder(s.dtype, s.shape) for s in part.specs)]
+                    with tf.control_dependencies([self.global_step.assign(step, read_value=False)]):
+                        self.result = part.call(feeds[1:])
                     fetches = self._fetches(self.result, fetch)
             writers = [op for op in self.graph.get_operations() if op.type == "SummaryWriter"]
             self._flush = [tf.raw_ops.FlushSummaryWriter(writer=op.outputs[0]) for op in writers]
@@ -125,17 +136,23 @@ class HostFunction:
         """Whether call `index` ran in the open Session (its executor exists)."""
         return self._session is not None and index in self._made
 
-    def run(self, index: int, values: Sequence[np.ndarray]) -> Any:
-        """Runs call `index` (0: `fn` on one step, or on the chosen steps `over_steps`): one Session call."""
+    def run(self, index: int, values: Sequence[Any]) -> Any:
+        """Runs call `index` (0: `fn` on one step, or on the chosen steps `over_steps`): one Session call.
+
+        `values`: one per feed of the call (`steps_feeds` for a loop over steps).
+        """
+        feeds = self._callables[index][1]
+        if len(values) != len(feeds):  # a callable would feed what it is given and leave the rest
+            raise ValueError(f"Host call {index} takes {len(feeds)} values; received {len(values)}.")
         self.open()
         call = self._made.get(index)
         if call is None:
             call = self._made[index] = self._session.make_callable(*self._callables[index])
         return call(*values)
 
-    def __call__(self, values: Sequence[np.ndarray]) -> Any:
-        """Runs one step with `values` fed to the placeholders."""
-        return self.run(0, values)
+    def __call__(self, values: Sequence[np.ndarray], global_step: int) -> Any:
+        """Runs `fn` on one step (not `over_steps`): the global step set, `values` fed to its placeholders."""
+        return self.run(0, [np.int64(global_step), *values])
 
     def evaluate(self, fetches: Any) -> Any:
         """Runs `fetches` (tensors of this graph) without feeding anything."""
@@ -193,7 +210,7 @@ class HostMetrics:
 
     ```python
     metrics = HostMetrics(plan.eval_metrics, padded=True)
-    metrics.update_steps(stacked_values, stacked_mask, steps=4)
+    metrics.update_steps(stacked_values, stacked_mask, steps=4, global_steps=[9, 9, 9, 9])
     metrics.result()     # {"accuracy": 0.75}
     ```
     """
@@ -213,11 +230,9 @@ class HostMetrics:
         return self._loop is not None
 
     def _start(self, values: Sequence[np.ndarray]) -> None:
-        try:
+        try:  # eagerly first: only Keras metrics work there
             result = self.part.call([tf.constant(v) for v in values])
-        except RuntimeError as error:
-            if "eager execution" not in str(error):
-                raise
+        except Exception:  # TF1 metrics refuse eager execution, no global step eagerly, ...: graph mode
             result = None
         if isinstance(result, dict) and result and all(
             isinstance(m, keras.metrics.Metric) for m in result.values()
@@ -264,7 +279,7 @@ class HostMetrics:
 
         try:
             with host.graph.as_default():
-                feeds, done = build_steps_loop(part, self._padded, updates)
+                feeds, done = build_steps_loop(part, self._padded, updates, host.global_step)
             return host.add_callable(done, feeds)
         except Exception as error:  # any failure: the per-step path gives the same results
             _log.debug("eval_metrics run once per step: no loop over steps (%s)", error)
@@ -274,7 +289,7 @@ class HostMetrics:
         """Opens the Session and runs the loop over no steps on the calling thread (no effect)."""
         host = self._graph_metrics
         if host is not None and self._loop is not None and steps > 1 and not host.ran(self._loop):
-            host.run(self._loop, steps_feeds([], values, mask))
+            host.run(self._loop, steps_feeds([], [], values, mask))
 
     def reset(self) -> None:
         """Starts a new evaluation: all accumulators to zero."""
@@ -284,17 +299,19 @@ class HostMetrics:
         for metric in (self._keras_metrics or {}).values():
             metric.reset_state()
 
-    def update(self, values: Sequence[np.ndarray]) -> None:
+    def update(self, values: Sequence[np.ndarray], global_step: int) -> None:
         """Adds one step's gathered tensors (padded rows already dropped)."""
         if self._graph_metrics is None and self._keras_metrics is None:
             self._start(values)
         if self._graph_metrics is not None:
-            self._graph_metrics(values)
+            self._graph_metrics(values, global_step)
         else:
             self.part.call([tf.constant(v) for v in values])
 
-    def update_steps(self, values: Sequence[np.ndarray], mask: np.ndarray | None, steps: int) -> None:
-        """Adds an execution's steps: `values` stacked `[steps, ...]`, `mask` `[steps, rows]`."""
+    def update_steps(
+        self, values: Sequence[np.ndarray], mask: np.ndarray | None, steps: int, global_steps: Sequence[int]
+    ) -> None:
+        """Adds an execution's steps: `values` stacked `[steps, ...]`, `mask` `[steps, rows]`, their global steps."""
         def step(index: int) -> list:
             step_values = [v[index] for v in values]
             return step_values if mask is None else drop_padding(step_values, mask[index])
@@ -306,10 +323,10 @@ class HostMetrics:
         host, loop = self._graph_metrics, self._loop
         # One step runs faster alone, unless only the loop is ready.
         if loop is not None and (steps > 1 or (host.ran(loop) and not host.ran(0))):
-            host.run(loop, steps_feeds(range(steps), values, mask))
+            host.run(loop, steps_feeds(range(steps), global_steps, values, mask))
             return
         for index in range(steps):
-            self.update(step(index))
+            self.update(step(index), global_steps[index])
 
     def result(self) -> dict[str, float]:
         """`{name: value}` over every step since `reset` (or of the last evaluation, once closed)."""
@@ -381,11 +398,11 @@ class HostRunner:
         if plan is None:
             return None
         if plan.host_call is not None and mode not in self._host_calls:
-            self._host_calls[mode] = _host_call_function(plan.host_call, padded)
+            self._host_calls[mode] = _host_call_function(plan.host_call, plan.padded)
         if plan.eval_metrics is not None:
             if self.metrics is not None:
                 self.metrics.close(keep_results=False)
-            self.metrics = HostMetrics(plan.eval_metrics, padded, self.batch_eval_metrics)
+            self.metrics = HostMetrics(plan.eval_metrics, plan.padded, self.batch_eval_metrics)
         return plan
 
     def plan(self, mode: str) -> HostPlan | None:
@@ -441,6 +458,8 @@ class HostRunner:
     def _run_execution(self, mode: str, host: list, first_step: int, steps: int) -> None:
         plan = self._plans[mode]
         values = plan.split(host)
+        # Each step's global step: in TRAIN the one before its update, else the model's throughout.
+        global_steps = first_step + np.arange(steps) if mode == ModeKeys.TRAIN else np.full(steps, first_step)
         host_call = self._host_calls.get(mode) if plan.host_call is not None else None
         if host_call is not None:
             chosen = [
@@ -449,19 +468,21 @@ class HostRunner:
             ]
             if host_call.over_steps:
                 if chosen:
-                    host_call(steps_feeds(chosen, values.host_call, values.mask))
+                    host_call.run(0, steps_feeds(chosen, global_steps, values.host_call, values.mask))
             else:
                 for index in chosen:
                     step = [v[index] for v in values.host_call]
-                    host_call(step if values.mask is None else drop_padding(step, values.mask[index]))
+                    step = step if values.mask is None else drop_padding(step, values.mask[index])
+                    host_call(step, global_steps[index])
         if plan.eval_metrics is not None and self.metrics is not None:
-            self.metrics.update_steps(values.eval_metrics, values.mask, steps)
+            self.metrics.update_steps(values.eval_metrics, values.mask, steps, global_steps)
 
     def submit(self, mode: str, host: list, first_step: int, steps: int) -> None:
         """Runs an execution's host steps on the host thread while the next execution runs.
 
         `host`: the arrays of `plan(mode).specs`, gathered over local replicas
-        and stacked over steps. One thread keeps the steps in order; at most
+        and stacked over steps. `first_step`: the global step before the
+        first step (TRAIN), or the model's global step (EVAL, PREDICT). One thread keeps the steps in order; at most
         one execution is pending; its errors are raised here or at `drain`.
         """
         self.drain()
@@ -473,7 +494,7 @@ class HostRunner:
         if host_call is not None:
             host_call.open()
             if host_call.over_steps and not host_call.ran(0):  # its executor made here: a run of no step
-                host_call(steps_feeds([], values.host_call, values.mask))
+                host_call.run(0, steps_feeds([], [], values.host_call, values.mask))
         if plan.eval_metrics is not None and self.metrics is not None:
             self.metrics.prepare(values.eval_metrics, values.mask, steps)
         if self._worker is None:

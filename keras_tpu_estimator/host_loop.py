@@ -6,14 +6,17 @@ which costs more than a small training step. `build_steps_loop` instead puts
 a `tf.while_loop` in the host graph that calls the function on each chosen
 step in turn, so an execution is one `Session.run`. The loop runs one
 iteration at a time and each iteration waits for everything the function
-returned, so steps run in order, exactly as a call per step would.
+returned, so steps run in order, exactly as a call per step would. Before
+each step the host graph's global step is set to that step's, so a function
+reading `tf.compat.v1.train.get_global_step()` sees it.
 
 Example:
 
 ```python
 with graph.as_default():
-    feeds, done = build_steps_loop(part, padded=False, call_step=lambda values: [part.call(values)])
-session.run(done, dict(zip(feeds, steps_feeds([0, 1, 2], stacked, None))))
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    feeds, done = build_steps_loop(part, False, lambda values: [part.call(values)], global_step)
+session.run(done, dict(zip(feeds, steps_feeds([0, 1, 2], [7, 8, 9], stacked, None))))
 ```
 """
 
@@ -35,7 +38,7 @@ def _without_padding(value: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
 
 
 def build_steps_loop(
-    part: HostPart, padded: bool, call_step: Callable[[list], Sequence[Any]]
+    part: HostPart, padded: bool, call_step: Callable[[list], Sequence[Any]], global_step: tf.Variable
 ) -> tuple[list, tf.Tensor]:
     """Adds to the default graph a loop calling `call_step` once per chosen step; returns `(feeds, done)`.
 
@@ -45,14 +48,17 @@ def build_steps_loop(
             before `call_step` sees them, as `drop_padding` drops them.
         call_step: Called once, inside the loop's body, with one step's
             values; returns what must run for that step (tensors or ops).
+        global_step: The graph's global step: set to each step's own before
+            `call_step`'s ops of that step run.
 
     Returns:
         `feeds`: placeholders for `steps_feeds`' values (the indices of the
-        steps to run, the stacked values, the mask); `done`: run it to run
-        the loop.
+        steps to run, each stacked step's global step, the stacked values, the
+        mask); `done`: run it to run the loop.
     """
     with tf.name_scope("execution"):
         indices = tf.compat.v1.placeholder(tf.int32, [None], name="steps")
+        global_steps = tf.compat.v1.placeholder(tf.int64, [None], name="global_steps")
         stacked = [tf.compat.v1.placeholder(s.dtype, [None, *s.shape]) for s in part.specs]
         mask = tf.compat.v1.placeholder(tf.float32, [None, None], name="mask") if padded else None
 
@@ -62,17 +68,24 @@ def build_steps_loop(
             if mask is not None:
                 keep = tf.gather(mask, index) > 0.5
                 values = [_without_padding(v, keep) for v in values]
-            with tf.control_dependencies(tf.nest.flatten(call_step(values))):
+            with tf.control_dependencies([global_step.assign(tf.gather(global_steps, index), read_value=False)]):
+                step_ops = tf.nest.flatten(call_step(values))
+            with tf.control_dependencies(step_ops):
                 return position + 1
 
         # One iteration at a time: a step's work finishes before the next step's starts.
         done = tf.while_loop(
             lambda position: position < tf.size(indices), one_step, [tf.constant(0)], parallel_iterations=1
         )
-    return [indices, *stacked] + ([mask] if mask is not None else []), done
+    return [indices, global_steps, *stacked] + ([mask] if mask is not None else []), done
 
 
-def steps_feeds(indices: Sequence[int], values: Sequence[np.ndarray], mask: np.ndarray | None) -> list:
-    """The values for `build_steps_loop`'s feeds: run steps `indices` of the stacked `values`."""
-    feeds = [np.asarray(indices, np.int32), *values]
+def steps_feeds(
+    indices: Sequence[int], global_steps: Sequence[int], values: Sequence[np.ndarray], mask: np.ndarray | None
+) -> list:
+    """The values for `build_steps_loop`'s feeds: run steps `indices` of the stacked `values`.
+
+    `global_steps[i]` is the global step of stacked step `i`.
+    """
+    feeds = [np.asarray(indices, np.int32), np.asarray(global_steps, np.int64), *values]
     return feeds + ([mask] if mask is not None else [])

@@ -540,6 +540,49 @@ def session_hooks_run(est: Any, model_dir: str) -> dict:
     }
 
 
+# --- H3: the global step in host functions -------------------------------------------------------
+
+
+def host_global_step_run(est: Any, model_dir: str) -> dict:
+    """`train(steps=6)` with `use_tpu=False`, K=4, a `host_call` whose fn records
+    `tf.compat.v1.train.get_global_step()` and the loss it got; then `evaluate(steps=2)` with that
+    `host_call` and an `eval_metrics` fn averaging the global step. Returns what each saw.
+    """
+    seen: dict[str, list] = {"train": [], "eval": []}
+
+    def model_fn(features, labels, mode, params):
+        predictions = _linear(features["x"])
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": predictions})
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
+            loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+        )
+
+        def host_fn(loss):
+            step = tf.compat.v1.train.get_global_step()
+            record = lambda step, loss: seen[mode].append([int(step), float(loss[0])]) or np.int64(0)  # noqa: E731
+            return tf.numpy_function(record, [step, loss], tf.int64)
+
+        def metric_fn(loss):
+            del loss
+            return {"step_mean": tf.compat.v1.metrics.mean(tf.cast(tf.compat.v1.train.get_global_step(), tf.float32))}
+
+        tensors = [tf.reshape(loss, [1])]
+        return est.TPUEstimatorSpec(
+            mode, loss=loss, train_op=train_op, host_call=(host_fn, tensors),
+            eval_metrics=(metric_fn, tensors) if mode == est.ModeKeys.EVAL else None,
+        )
+
+    program = _regression_program(model_fn)
+    config = est.RunConfig(model_dir=model_dir, tf_random_seed=SEED, tpu_config=est.TPUConfig(iterations_per_loop=4))
+    estimator = est.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False,
+                                 train_batch_size=4, eval_batch_size=4)
+    estimator.train(program.train_input_fn, steps=6)
+    result = estimator.evaluate(program.eval_input_fn, steps=2)
+    return {"train": seen["train"], "eval": seen["eval"], "evaluate": {k: float(v) for k, v in sorted(result.items())}}
+
+
 # --- I: keras_in_model_fn -----------------------------------------------------------------------
 
 

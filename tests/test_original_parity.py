@@ -331,6 +331,16 @@ def test_bert_like_program_on_replicas_trains_the_same_weights(mirrored, tmp_pat
         assert result[key] == pytest.approx(expected["evaluate"][key], rel=1e-5)
 
 
+def test_host_functions_read_the_global_step_the_original_showed_them(tmp_path):
+    """CPU path: `get_global_step()` in host_call's fn (train, evaluate) and in a metric_fn."""
+    seen = programs.host_global_step_run(EST, str(tmp_path))
+    expected = original.HOST_GLOBAL_STEP
+    for key in ("train", "eval"):
+        assert [step for step, _ in seen[key]] == [step for step, _ in expected[key]], key
+        assert_close([loss for _, loss in seen[key]], [loss for _, loss in expected[key]])
+    assert seen["evaluate"] == pytest.approx(expected["evaluate"], rel=1e-5)
+
+
 def test_session_hooks_see_what_the_original_showed_them(tmp_path):
     """CPU path: a hook run per step, TF1 fetch timing, StopAtStepHook, LoggingTensorHook, listeners."""
     seen = programs.session_hooks_run(EST, str(tmp_path))
