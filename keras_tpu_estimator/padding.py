@@ -108,15 +108,19 @@ def pad_batches(dataset: tf.data.Dataset, batch_size: int, replicas: int = 1) ->
                 "dataset with params['batch_size']."
             )
         rows = tf.shape(tensors[0])[0]
-        check = tf.debugging.assert_less_equal(
-            rows, batch_size, message="The real batch size should not be greater than batch_size."
+        # `tf.debugging.Assert`, not `assert_less_equal`: the same error, and half the
+        # ops (the map is traced at each call's start).
+        check = tf.debugging.Assert(
+            rows <= batch_size, ["The real batch size should not be greater than batch_size.", rows]
         )
         with tf.control_dependencies([check]):
             rows = tf.identity(rows)
 
         def fill(tensor: tf.Tensor) -> tf.Tensor:
             paddings = [[0, batch_size - rows]] + [[0, 0]] * (tensor.shape.rank - 1)
-            return tf.ensure_shape(tf.pad(tensor, paddings), [batch_size] + tensor.shape[1:].as_list())
+            padded = tf.pad(tensor, paddings)  # exactly batch_size rows, once the check passed
+            padded.set_shape([batch_size] + tensor.shape[1:].as_list())
+            return padded
 
         padded = {"features": tf.nest.map_structure(fill, features)}
         if labels is not None:
