@@ -161,6 +161,7 @@ class ExecutionDriver:
         self._concrete: tuple | None = None
         self._step_counts: dict[int, tf.Tensor] = {}
         self._call_step: int | None = None  # the global step during one evaluate / predict call
+        self._input_left: tuple[Any, float] | None = None  # (iterator, steps it still holds) when known
 
     # ---------------------------------------------------------------- sizing
     @staticmethod
@@ -201,13 +202,20 @@ class ExecutionDriver:
 
     # --------------------------------------------------------------- running
     def run_one(
-        self, mode: str, function: Callable, iterator: Any, size: int, infinite: bool = False
+        self,
+        mode: str,
+        function: Callable,
+        iterator: Any,
+        size: int,
+        infinite: bool = False,
+        single: bool | None = None,
     ) -> tuple[Any, np.ndarray]:
         """Runs one execution of up to `size` steps; returns `(result, scalars)`.
 
-        `infinite`: the input cannot end (the loop then skips its end-of-input check).
-        Executions of one step each (`iterations_per_loop=1`, `train_on_batch`)
-        run the loop's single-step form, without a loop around the step.
+        `infinite`: the input holds at least `size` more steps (the loop then
+        skips its end-of-input check). Executions of one step each
+        (`iterations_per_loop=1`, `train_on_batch`, or `single`: a call of one
+        step) run the loop's single-step form, without a loop around the step.
 
         Updates the last-execution state and the cached global step, and hands
         the execution's host tensors to the host thread. Does not check NaN.
@@ -218,7 +226,7 @@ class ExecutionDriver:
         if count is None:
             count = self._step_counts[size] = tf.constant(size, tf.int32)
         # Only when every execution has one step: a tail of one after longer ones keeps the loop's trace.
-        single = size == 1 and self.iterations_per_loop == IterationsPerLoop(1, "count")
+        single = size == 1 and (single or self.iterations_per_loop == IterationsPerLoop(1, "count"))
         cached = self._concrete
         if cached is None or cached[0] is not function or cached[1] is not iterator or cached[2] != (infinite, single):
             # The concrete function, cached per iterator and bound to it once: skips the
@@ -233,7 +241,8 @@ class ExecutionDriver:
                 raise
             # A repeated dataset whose every epoch is empty (a filter that drops all) ends
             # although its cardinality says infinite: run again with the end-of-input check.
-            return self.run_one(mode, function, iterator, size, infinite=False)
+            self._input_left = None
+            return self.run_one(mode, function, iterator, size, infinite=False, single=single)
         scalars = result.scalars.numpy()  # the one host fetch of the execution's scalars
         steps = int(scalars[0])
         if steps:
@@ -254,8 +263,9 @@ class ExecutionDriver:
         return result, scalars
 
     def forget_iterator(self) -> None:
-        """Drops the cached concrete call (its iterator is done)."""
+        """Drops the cached concrete call and input count (its iterator is done)."""
         self._concrete = None
+        self._input_left = None
 
     def executions(
         self,
@@ -268,7 +278,7 @@ class ExecutionDriver:
         stop: StopRequests | None = None,
         check_finite: bool = True,
         multi_worker: bool = False,
-        infinite: bool = False,
+        input_steps: float | None = None,
     ) -> Iterator[Execution]:
         """Runs executions until `steps` steps, the end of the input or a stop; yields each that ran.
 
@@ -285,7 +295,10 @@ class ExecutionDriver:
             check_finite: In training, raise on a NaN/Inf loss or variable
                 (False when a `TerminateOnNaN` callback decides: it stops).
             multi_worker: Agree on signal stops across workers.
-            infinite: The input cannot end (a repeated dataset): steps skip the end-of-input check.
+            input_steps: The steps a new `iterator` holds, when known: `math.inf`
+                for a repeated dataset, a count for a finite one (`ModeRecord.input_steps`).
+                Steps that surely have input skip the end-of-input check, and a
+                call of one step runs without a loop around it.
         """
         model = self._model
         flag = _STOP_FLAG[mode]
@@ -294,6 +307,11 @@ class ExecutionDriver:
             setattr(model, flag, False)
             self._call_step = None
         done, self.ended_by = 0, None
+        if input_steps is not None and (self._input_left is None or self._input_left[0] is not iterator):
+            self._input_left = (iterator, input_steps)  # a new iterator: all its steps are left
+        left = self._input_left[1] if input_steps is not None else None
+        # Known to be one step in all: no loop around it (its trace and first run are shorter).
+        single = left is not None and min(left, steps if steps is not None else math.inf) == 1
         while True:
             if getattr(model, flag):
                 self.ended_by = "stopped"
@@ -306,8 +324,17 @@ class ExecutionDriver:
                 self.ended_by = "steps" if steps is not None and done >= steps else "stopped"
                 return
             begin(done)
-            result, scalars = self.run_one(mode, function, iterator, size, infinite)
+            if left is not None and left < size:  # the input ends within (or before) this execution
+                if left <= 0:  # as an execution that finds no input: no end for this begin
+                    self.ended_by = "input"
+                    return
+                result, scalars = self.run_one(mode, function, iterator, int(left), True, single)
+            else:
+                result, scalars = self.run_one(mode, function, iterator, size, left is not None, single)
             ran = int(scalars[0])
+            if left is not None:
+                left -= ran
+                self._input_left = (iterator, left)
             if mode == ModeKeys.TRAIN and ran:
                 self._check_finite(result, scalars, check_finite)
             if ran:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import math
 from typing import Any
 
 import keras
@@ -69,9 +70,13 @@ from keras_tpu_estimator.variables import VariableStore
 _log = get_logger(__name__)
 
 
-def _cannot_end(dataset: tf.data.Dataset) -> bool:
-    """Whether `dataset` is known to be infinite (`repeat()` without a count, in eager code)."""
-    return bool(tf.get_static_value(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY)
+def _elements(dataset: tf.data.Dataset) -> float | None:
+    """`dataset`'s elements as tf.data knows them: `math.inf` for `repeat()` without a count, else
+    the count when known (`from_tensor_slices`, `batch`, `map`, `take`, ...), else None (`filter`, files)."""
+    cardinality = tf.get_static_value(dataset.cardinality())
+    if cardinality == tf.data.INFINITE_CARDINALITY:
+        return math.inf
+    return int(cardinality) if cardinality is not None and cardinality >= 0 else None
 
 
 @dataclasses.dataclass
@@ -86,7 +91,10 @@ class ModeRecord:
         hooks: The spec's `training_hooks` / `evaluation_hooks` / `prediction_hooks`.
         loss_name: The op name `model_fn` gave its loss (what TF1 hooks fetch).
         host_plan: What each step sends to the host, in which order (`host_plan.py`), or None.
-        infinite: The current call's input cannot end (a repeated dataset).
+        input_steps: The steps a new iterator of the current call's input holds,
+            when known: `math.inf` for a repeated dataset, a count when every
+            step takes one element of one dataset of known size (one replica,
+            or the CPU path), else None.
     """
 
     batch: BatchPlan
@@ -96,7 +104,7 @@ class ModeRecord:
     hooks: list = dataclasses.field(default_factory=list)
     loss_name: str | None = None
     host_plan: HostPlan | None = None
-    infinite: bool = False
+    input_steps: float | None = None
 
 
 class ModelFnRunner:
@@ -407,6 +415,15 @@ class ModelFnRunner:
             record.batch = plan
         return plan
 
+    def _input_steps(self, elements: list[float | None], distributed: bool) -> float | None:
+        """The steps the input pipelines of `elements` elements each hold, when known."""
+        if elements and all(count == math.inf for count in elements):
+            return math.inf
+        # Finite: a step takes one element only from a single pipeline feeding a single replica.
+        if len(elements) == 1 and (not distributed or self.num_replicas == 1):
+            return elements[0]
+        return None
+
     def distribute_input(
         self, x: Any, mode: str, batch_size: int | None = None, shuffle: bool = False
     ) -> Any:
@@ -451,7 +468,7 @@ class ModelFnRunner:
             self._set_batch(mode, global_batch)
             if pad:
                 x = pad_batches(x, global_batch)
-            self.modes[mode].infinite = _cannot_end(x)
+            self.modes[mode].input_steps = self._input_steps([_elements(x)], distributed=self.use_tpu)
             self.build(mode, per_replica_spec(x.element_spec, self.num_replicas))
             if not self.use_tpu:
                 return x
@@ -467,7 +484,7 @@ class ModelFnRunner:
                 f"params['batch_size']. Pass it to EstimatorModel."
             )
         plan = self._set_batch(mode, global_batch)
-        specs, endless = [], []
+        specs, elements = [], []
 
         def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
             params = self.params_for(mode, input_context, for_input_fn=True)
@@ -476,13 +493,13 @@ class ModelFnRunner:
             if pad:
                 dataset = pad_batches(dataset, plan.per_replica, plan.replicas_per_pipeline(input_context))
             specs.append(dataset.element_spec)
-            endless.append(_cannot_end(dataset))
+            elements.append(_elements(dataset))
             return dataset
 
         if not self.use_tpu:
             dataset = dataset_fn()
         else:
             dataset = strategy.distribute_datasets_from_function(dataset_fn)
-        self.modes[mode].infinite = all(endless)
+        self.modes[mode].input_steps = self._input_steps(elements, distributed=self.use_tpu)
         self.build(mode, specs[0])
         return dataset

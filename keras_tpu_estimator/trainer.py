@@ -203,7 +203,7 @@ class EstimatorTrainer:
                 for execution in driver.executions(
                     ModeKeys.TRAIN, function, iterator, callbacks, steps=steps_per_epoch, stop=stop,
                     check_finite=run.check_finite, multi_worker=self._multi_worker,
-                    infinite=self._runner.modes[ModeKeys.TRAIN].infinite,
+                    input_steps=self._runner.modes[ModeKeys.TRAIN].input_steps,
                 ):
                     done += execution.steps
                     loss_sum += execution.loss_sum
@@ -302,7 +302,7 @@ class EstimatorTrainer:
             done, loss_sum, weight_sum, last_outputs = 0, 0.0, 0.0, None
             for execution in self._driver.executions(
                 ModeKeys.EVAL, function, iter(dataset), callbacks, steps=steps,
-                infinite=self._runner.modes[ModeKeys.EVAL].infinite,
+                input_steps=self._runner.modes[ModeKeys.EVAL].input_steps,
             ):
                 done += execution.steps
                 last_outputs = execution.outputs  # the in-step metrics' values, stacked over steps
@@ -358,7 +358,7 @@ class EstimatorTrainer:
         with self._runner.host.running(ModeKeys.PREDICT):
             for execution in self._driver.executions(
                 ModeKeys.PREDICT, function, iter(dataset), callbacks, steps=steps,
-                infinite=self._runner.modes[ModeKeys.PREDICT].infinite,
+                input_steps=self._runner.modes[ModeKeys.PREDICT].input_steps,
             ):
                 predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
                 keep = mask > 0.5

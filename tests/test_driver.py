@@ -1,5 +1,7 @@
 """The execution driver: bounds declared by callbacks, paired batch callbacks, why a run ended."""
 
+import math
+
 import keras
 import numpy as np
 import pytest
@@ -36,9 +38,15 @@ class BatchCalls(keras.callbacks.Callback):
     on_test_batch_end = on_predict_batch_end = on_train_batch_end
 
 
-def finite_input(batches, batch_size=16):
+def finite_input(batches, batch_size=16, known=True):
+    """`batches` batches; `known=False` hides their number from tf.data (each step checks for the end)."""
     features, labels = models.data(batches * batch_size)
-    return lambda params: tf.data.Dataset.from_tensor_slices((features, labels)).batch(params["batch_size"])
+
+    def input_fn(params):
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(params["batch_size"])
+        return dataset if known else dataset.filter(lambda features, labels: True)
+
+    return input_fn
 
 
 def test_a_callback_stop_step_bounds_training_exactly():
@@ -67,20 +75,24 @@ def test_a_duration_iterations_per_loop_is_sized_by_the_driver():
     assert sum(recorder.sizes) == 50 and len(recorder.sizes) < 50  # later executions grow to fill 1 s
 
 
-def test_evaluate_pairs_batch_callbacks_and_ends_with_the_input():
+@pytest.mark.parametrize("known", [True, False], ids=["known_size", "unknown_size"])
+def test_evaluate_pairs_batch_callbacks_and_ends_with_the_input(known):
     model = models.make_model(k=2)
     calls = BatchCalls()
-    model.evaluate(finite_input(5), callbacks=[calls], verbose=0)
+    model.evaluate(finite_input(5, known=known), callbacks=[calls], verbose=0)
+    assert model._runner.modes[kte.ModeKeys.EVAL].input_steps == (5 if known else None)
     # Executions of 2, 2 and 1 steps: the input ends inside the third.
     assert calls.calls == [("begin", 0), ("end", 1), ("begin", 2), ("end", 3), ("begin", 4), ("end", 4)]
     assert model._driver.ended_by == "input"
 
 
-def test_an_execution_that_finds_the_input_ended_gets_no_end():
-    # As Keras and TF1: the last begin, for an execution that ran no step, has no end.
+@pytest.mark.parametrize("known", [True, False], ids=["known_size", "unknown_size"])
+def test_an_execution_that_finds_the_input_ended_gets_no_end(known):
+    # As Keras and TF1: the last begin, for an execution that ran no step, has no end. With an
+    # input of known size the driver knows the input ended and runs nothing, with the same calls.
     model = models.make_model(k=2)
     calls = BatchCalls()
-    predictions = model.predict(lambda params: finite_input(4)(params).map(lambda f, _: f),
+    predictions = model.predict(lambda params: finite_input(4, known=known)(params).map(lambda f, _: f),
                                 callbacks=[calls], verbose=0)
     assert len(predictions["y"]) == 64
     assert calls.calls == [("begin", 0), ("end", 1), ("begin", 2), ("end", 3), ("begin", 4)]
@@ -105,20 +117,23 @@ def test_one_fetch_carries_the_global_step_and_the_finite_check():
     assert model.global_step == 7
 
 
-def test_a_repeated_input_skips_the_end_check_with_the_same_numbers():
+def test_an_input_of_known_size_skips_the_end_check_with_the_same_numbers():
     def repeated(params):
         return models.input_fn(params)
 
-    def finite(params):  # the same batches as `repeated`, but the dataset can end
+    def finite(params):  # the same batches, but the dataset ends: tf.data knows after how many
         return models.input_fn(params).take(1000)
 
-    endless, ending = models.make_model(k=4, seed=5), models.make_model(k=4, seed=5)
-    endless.fit(repeated, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
-    ending.fit(finite, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
-    assert endless._runner.modes[kte.ModeKeys.TRAIN].infinite
-    assert not ending._runner.modes[kte.ModeKeys.TRAIN].infinite
-    for name, variable in endless.variables_by_name.items():
-        np.testing.assert_array_equal(variable.numpy(), ending.variables_by_name[name].numpy())
+    def unknown(params):  # the same batches; tf.data cannot know how many: each step checks
+        return models.input_fn(params).filter(lambda features, labels: True)
+
+    runs = {name: models.make_model(k=4, seed=5) for name in ("repeated", "finite", "unknown")}
+    for name, input_fn in (("repeated", repeated), ("finite", finite), ("unknown", unknown)):
+        runs[name].fit(input_fn, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
+    assert [runs[name]._runner.modes[kte.ModeKeys.TRAIN].input_steps for name in runs] == [math.inf, 1000, None]
+    for model in (runs["finite"], runs["unknown"]):
+        for name, variable in runs["repeated"].variables_by_name.items():
+            np.testing.assert_array_equal(variable.numpy(), model.variables_by_name[name].numpy())
 
 
 def test_a_repeated_input_that_yields_nothing_is_an_empty_input(caplog):
@@ -129,7 +144,7 @@ def test_a_repeated_input_that_yields_nothing_is_an_empty_input(caplog):
 
     model = models.make_model(k=4)
     model.fit(empty_forever, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
-    assert model._runner.modes[kte.ModeKeys.TRAIN].infinite  # what tf.data's cardinality claims
+    assert model._runner.modes[kte.ModeKeys.TRAIN].input_steps == math.inf  # what tf.data's cardinality claims
     assert model.global_step == 0
     assert model._driver.ended_by == "input"
     assert "The training input is empty" in caplog.text
@@ -180,3 +195,46 @@ def test_batch_hooks_run_for_callbacks_that_override_them_and_only_then(monkeypa
     on_batch_end = OnBatchEnd()
     model.fit(finite_input(4), callbacks=[on_batch_end], verbose=0)
     assert on_batch_end.batches == [1, 3]
+
+
+def test_an_input_of_known_size_runs_no_end_check_and_one_batch_no_loop(monkeypatch):
+    concretes = []
+    bound_call = kte_compat.bound_call
+    monkeypatch.setattr(kte_compat, "bound_call", lambda c, *a: concretes.append(c) or bound_call(c, *a))
+    model = models.make_model(k=4, seed=5)
+    results = {}
+    for known in (True, False):
+        for batches in (1, 6):
+            input_fn = finite_input(batches, known=known)
+            results[known, batches] = model.predict(lambda params, f=input_fn: f(params).map(lambda x, _: x),
+                                                    verbose=0)["y"]
+    ops = [loop_op_types(c) for c in concretes]
+    # Known: one batch runs the step alone; six run a loop that never asks whether input is left.
+    assert ["While" in o for o in ops] == [False, True, True, True]
+    assert ["OptionalHasValue" in o for o in ops] == [False, False, True, True]
+    for batches in (1, 6):
+        assert len(results[True, batches]) == 16 * batches
+        np.testing.assert_array_equal(results[True, batches], results[False, batches])
+
+
+def test_an_iterator_of_known_size_is_followed_across_epochs(caplog):
+    """`steps_per_epoch` keeps one iterator over epochs: its steps left carry over, and its end is found."""
+    runs = {}
+    for known in (True, False):
+        model = runs[known] = models.make_model(k=4, seed=5)
+        recorder = models.ExecutionRecorder()
+        model.fit(finite_input(10, known=known), steps_per_epoch=4, epochs=5, callbacks=[recorder], verbose=0)
+        assert model.global_step == 10 and recorder.sizes == [4, 4, 2]
+        assert model._driver.ended_by == "input"
+    for name, variable in runs[True].variables_by_name.items():
+        np.testing.assert_array_equal(variable.numpy(), runs[False].variables_by_name[name].numpy())
+
+
+def test_the_input_size_is_used_only_where_a_step_takes_one_element(mirrored):
+    """Four replicas take four elements a step (a partial group at the end): the driver checks for the end."""
+    cpu, one, four = (models.make_model(seed=5, **kwargs) for kwargs in ({"use_tpu": False}, {}, {"strategy": mirrored}))
+    results = [model.evaluate(finite_input(9), verbose=0, return_dict=True) for model in (cpu, one, four)]
+    assert [model._runner.modes[kte.ModeKeys.EVAL].input_steps for model in (cpu, one, four)] == [9, 9, None]
+    assert results[1] == pytest.approx(results[2], rel=1e-5)
+    unknown = models.make_model(seed=5, use_tpu=False).evaluate(finite_input(9, known=False), verbose=0, return_dict=True)
+    assert results[0] == pytest.approx(unknown, rel=1e-6)  # the CPU path's mean over its batches
