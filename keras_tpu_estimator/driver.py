@@ -161,7 +161,8 @@ class ExecutionDriver:
         self._concrete: tuple | None = None
         self._step_counts: dict[int, tf.Tensor] = {}
         self._call_step: int | None = None  # the global step during one evaluate / predict call
-        self._input_left: tuple[Any, float] | None = None  # (iterator, steps it still holds) when known
+        # Per mode (validation runs inside fit's epochs): (iterator, steps it still holds), when known.
+        self._input_left: dict[str, tuple[Any, float]] = {}
 
     # ---------------------------------------------------------------- sizing
     @staticmethod
@@ -236,12 +237,18 @@ class ExecutionDriver:
             self._concrete = cached = (function, iterator, (infinite, single), call)
         try:
             result = cached[3](count)
-        except tf.errors.OutOfRangeError:
+        except tf.errors.OutOfRangeError as error:
             if not infinite:
                 raise
+            left = self._input_left.pop(mode, (None, math.inf))[1]
+            if left != math.inf:  # steps before the end may have run unreported: never go on silently
+                raise RuntimeError(
+                    f"The input ended before the {left:.0f} more steps tf.data's cardinality promised "
+                    f"(in an execution of {size}); its steps may have run without being reported. Was the "
+                    "iterator read elsewhere, or the cardinality asserted wrongly?"
+                ) from error
             # A repeated dataset whose every epoch is empty (a filter that drops all) ends
             # although its cardinality says infinite: run again with the end-of-input check.
-            self._input_left = None
             return self.run_one(mode, function, iterator, size, infinite=False, single=single)
         scalars = result.scalars.numpy()  # the one host fetch of the execution's scalars
         steps = int(scalars[0])
@@ -262,10 +269,13 @@ class ExecutionDriver:
             self._host.submit(mode, [tensor.numpy() for tensor in result.host], first_step, steps)
         return result, scalars
 
-    def forget_iterator(self) -> None:
-        """Drops the cached concrete call and input count (its iterator is done)."""
+    def forget_iterator(self, mode: str | None = None) -> None:
+        """Drops the cached concrete call and `mode`'s input count (all modes' if None): its iterator is done."""
         self._concrete = None
-        self._input_left = None
+        if mode is None:
+            self._input_left.clear()
+        else:
+            self._input_left.pop(mode, None)
 
     def executions(
         self,
@@ -307,9 +317,10 @@ class ExecutionDriver:
             setattr(model, flag, False)
             self._call_step = None
         done, self.ended_by = 0, None
-        if input_steps is not None and (self._input_left is None or self._input_left[0] is not iterator):
-            self._input_left = (iterator, input_steps)  # a new iterator: all its steps are left
-        left = self._input_left[1] if input_steps is not None else None
+        known = self._input_left.get(mode)
+        if input_steps is not None and (known is None or known[0] is not iterator):
+            known = self._input_left[mode] = (iterator, input_steps)  # a new iterator: all its steps are left
+        left = known[1] if input_steps is not None else None
         # Known to be one step in all: no loop around it (its trace and first run are shorter).
         single = left is not None and min(left, steps if steps is not None else math.inf) == 1
         while True:
@@ -334,7 +345,7 @@ class ExecutionDriver:
             ran = int(scalars[0])
             if left is not None:
                 left -= ran
-                self._input_left = (iterator, left)
+                self._input_left[mode] = (iterator, left)
             if mode == ModeKeys.TRAIN and ran:
                 self._check_finite(result, scalars, check_finite)
             if ran:

@@ -161,7 +161,7 @@ class EstimatorTrainer:
             with self._runner.host.running(ModeKeys.TRAIN):  # host sessions and thread for this call
                 epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
             self._driver.cached_global_step = None  # the variable is the truth again
-            self._driver.forget_iterator()
+            self._driver.forget_iterator(ModeKeys.TRAIN)
             callbacks.on_train_end(logs=epoch_logs)
         stop.raise_if_requested()
         if run.empty_replica_at is not None:
@@ -309,7 +309,7 @@ class EstimatorTrainer:
                 loss_sum, weight_sum = loss_sum + execution.loss_sum, weight_sum + execution.weight_sum
                 logs["loss"] = loss_sum / max(weight_sum, 1e-12)
                 execution.logs = dict(logs)
-            self._driver.forget_iterator()
+            self._driver.forget_iterator(ModeKeys.EVAL)
             if done == 0:
                 raise ValueError("evaluate() ran no steps: the input is empty.")
             metrics = self._runner.host.metric_results()
@@ -370,7 +370,7 @@ class EstimatorTrainer:
                     yield _real_rows(predictions, keep, slice(None))
                     batch = _real_rows(predictions, keep, slice((execution.steps - 1) * rows, None))
                 execution.logs = {"outputs": batch}
-            self._driver.forget_iterator()
+            self._driver.forget_iterator(ModeKeys.PREDICT)
         callbacks.on_predict_end()
 
     def predict(

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from keras_tpu_estimator import _compat as kte_compat
+from keras_tpu_estimator import model_fn as kte_model_fn
 from tests import models
 
 
@@ -238,3 +239,23 @@ def test_the_input_size_is_used_only_where_a_step_takes_one_element(mirrored):
     assert results[1] == pytest.approx(results[2], rel=1e-5)
     unknown = models.make_model(seed=5, use_tpu=False).evaluate(finite_input(9, known=False), verbose=0, return_dict=True)
     assert results[0] == pytest.approx(unknown, rel=1e-6)  # the CPU path's mean over its batches
+
+
+def test_validation_between_epochs_keeps_the_training_iterator_s_count():
+    """`steps_per_epoch` with validation: the evaluation's own count does not reset training's."""
+    runs = {}
+    for known in (True, False):
+        model = runs[known] = models.make_model(k=4, seed=5)
+        recorder = models.ExecutionRecorder()
+        model.fit(finite_input(10, known=known), steps_per_epoch=4, epochs=5, callbacks=[recorder], verbose=0,
+                  validation_data=finite_input(3, known=known))
+        assert model.global_step == 10 and recorder.sizes == [4, 4, 2]
+    for name, variable in runs[True].variables_by_name.items():
+        np.testing.assert_array_equal(variable.numpy(), runs[False].variables_by_name[name].numpy())
+
+
+def test_an_input_shorter_than_its_cardinality_raises_instead_of_losing_steps(monkeypatch):
+    monkeypatch.setattr(kte_model_fn, "_elements", lambda dataset: 20)  # a size tf.data got wrong
+    model = models.make_model(k=4)
+    with pytest.raises(RuntimeError, match="The input ended before the 12 more steps"):
+        model.fit(finite_input(10), callbacks=[kte.StopAtStep(steps=20)], verbose=0)
