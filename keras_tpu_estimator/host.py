@@ -190,6 +190,13 @@ def _host_call_function(part: HostPart, padded: bool) -> HostFunction:
         return HostFunction(part)
 
 
+def _keras_metrics(result: Any) -> bool:
+    """Whether `metric_fn` returned `{name: keras.metrics.Metric}`."""
+    return isinstance(result, dict) and bool(result) and all(
+        isinstance(m, keras.metrics.Metric) for m in result.values()
+    )
+
+
 class HostMetrics:
     """`eval_metrics=(metric_fn, tensors)` accumulated over every step of one evaluation.
 
@@ -230,18 +237,28 @@ class HostMetrics:
         return self._loop is not None
 
     def _start(self, values: Sequence[np.ndarray]) -> None:
+        eager_error = None
         try:  # eagerly first: only Keras metrics work there
             result = self.part.call([tf.constant(v) for v in values])
-        except Exception:  # TF1 metrics refuse eager execution, no global step eagerly, ...: graph mode
-            result = None
-        if isinstance(result, dict) and result and all(
-            isinstance(m, keras.metrics.Metric) for m in result.values()
-        ):
+        except Exception as error:  # TF1 metrics refuse eager execution, no global step eagerly, ...
+            result, eager_error = None, error
+        if _keras_metrics(result):
             self._keras_metrics = result
             for metric in result.values():
                 metric.reset_state()
             return
-        self._graph_metrics = HostFunction(self.part, fetch=self._updates)
+
+        def updates(result: Any) -> list:
+            if eager_error is not None and _keras_metrics(result):  # they run eagerly, where fn failed
+                raise eager_error
+            return self._updates(result)
+
+        try:
+            self._graph_metrics = HostFunction(self.part, fetch=updates)
+        except Exception:
+            if eager_error is not None and "eager execution" not in str(eager_error):
+                raise eager_error from None  # e.g. Keras metrics that failed where they run, eagerly
+            raise
         self._values = {name: pair[0] for name, pair in self._graph_metrics.result.items()}
         if self._batched:
             self._loop = self._build_loop()
@@ -385,6 +402,7 @@ class HostRunner:
         self._worker: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: concurrent.futures.Future | None = None
         self._calls: list[str] = []  # modes of the calls in progress (validation inside fit)
+        self._warned_uneven = False
 
     def record(
         self, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None
@@ -455,16 +473,29 @@ class HostRunner:
         self.drain()
         return self.metrics.result() if self.metrics is not None else {}
 
-    def _run_execution(self, mode: str, host: list, first_step: int, steps: int) -> None:
+    def _global_steps(self, mode: str, first_step: int, steps: int, last_step: int | None) -> np.ndarray:
+        """Each step's global step: in TRAIN the one before its update, else the model's throughout."""
+        if mode != ModeKeys.TRAIN:
+            return np.full(steps, first_step)
+        moved = steps if last_step is None else last_step - first_step
+        if moved % steps and not self._warned_uneven:  # the train_op moved the step by different amounts
+            self._warned_uneven = True
+            _log.warning(
+                "The train_op moved the global step by %d in %d steps: host functions see it spread "
+                "evenly over the steps. Pass the step as a host_call tensor to see each step's own.",
+                moved, steps,
+            )
+        return first_step + (moved * np.arange(steps)) // steps  # 1 a step, or e.g. 2 (two minimize calls)
+
+    def _run_execution(self, mode: str, host: list, first_step: int, steps: int, last_step: int | None) -> None:
         plan = self._plans[mode]
         values = plan.split(host)
-        # Each step's global step: in TRAIN the one before its update, else the model's throughout.
-        global_steps = first_step + np.arange(steps) if mode == ModeKeys.TRAIN else np.full(steps, first_step)
+        global_steps = self._global_steps(mode, first_step, steps, last_step)
         host_call = self._host_calls.get(mode) if plan.host_call is not None else None
         if host_call is not None:
             chosen = [
                 index for index in range(steps)
-                if mode != ModeKeys.TRAIN or (first_step + index) % self.every_n_steps == 0
+                if mode != ModeKeys.TRAIN or global_steps[index] % self.every_n_steps == 0
             ]
             if host_call.over_steps:
                 if chosen:
@@ -477,13 +508,15 @@ class HostRunner:
         if plan.eval_metrics is not None and self.metrics is not None:
             self.metrics.update_steps(values.eval_metrics, values.mask, steps, global_steps)
 
-    def submit(self, mode: str, host: list, first_step: int, steps: int) -> None:
+    def submit(self, mode: str, host: list, first_step: int, steps: int, last_step: int | None = None) -> None:
         """Runs an execution's host steps on the host thread while the next execution runs.
 
         `host`: the arrays of `plan(mode).specs`, gathered over local replicas
         and stacked over steps. `first_step`: the global step before the
-        first step (TRAIN), or the model's global step (EVAL, PREDICT). One thread keeps the steps in order; at most
-        one execution is pending; its errors are raised here or at `drain`.
+        first step (TRAIN), or the model's global step (EVAL, PREDICT);
+        `last_step`: in TRAIN, the global step after the execution (None: one
+        more per step). One thread keeps the steps in order; at most one
+        execution is pending; its errors are raised here or at `drain`.
         """
         self.drain()
         plan = self._plans[mode]
@@ -501,7 +534,7 @@ class HostRunner:
             self._worker = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="keras_tpu_estimator_host"
             )
-        self._pending = self._worker.submit(self._run_execution, mode, host, first_step, steps)
+        self._pending = self._worker.submit(self._run_execution, mode, host, first_step, steps, last_step)
 
     def drain(self) -> None:
         """Waits for pending host steps; re-raises their error in the caller."""

@@ -769,3 +769,35 @@ def test_host_functions_read_the_global_step_in_fit_and_evaluate(strategy):
     model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=6)], verbose=0)
     model.evaluate(models.input_fn, steps=3, verbose=0)
     assert seen == {"train": [0, 1, 2, 3, 4, 5], "eval": [6, 6, 6]}
+
+
+def test_host_functions_see_a_global_step_that_moves_by_two_per_step():
+    """Two `minimize(global_step=...)` calls per step (a GAN's two updates), as TF 2.15 showed: 0, 2, 4, 6."""
+    seen = []
+
+    def model_fn(features, labels, mode, params):
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        step = tf.compat.v1.train.get_global_step()
+        with tf.control_dependencies([spec.train_op]):
+            second = step.assign_add(1)
+
+        def host_fn(ids):
+            return tf.numpy_function(
+                lambda s: seen.append(int(s)) or np.int64(0), [tf.compat.v1.train.get_global_step()], tf.int64)
+
+        return spec._replace(train_op=tf.group(spec.train_op, second), host_call=(host_fn, [features["id"]]))
+
+    model = make(model_fn, tf.distribute.get_strategy(), k=4, experimental_host_call_every_n_steps=4)
+    model.fit(lambda params: models.input_fn(params).take(6), verbose=0)  # executions of 4 and 2 steps
+    assert model.global_step == 12 and seen == [0, 4, 8]
+
+
+def test_a_keras_metric_fn_that_fails_eagerly_raises_its_own_error():
+    mean = keras.metrics.Mean(name="m")
+
+    def metric_fn(labels, predictions, weights, scores, offset):
+        mean.update_state(tf.debugging.check_numerics(scores[:, 0] * np.inf, "scores are Inf"))
+        return {"mean": mean}
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="scores are Inf"):
+        evaluate(metric_runner(metric_fn), executions(seed=11))
