@@ -63,7 +63,7 @@ class SingleBatchMethods:
         dataset = self._runner.distribute_input(_one_batch("train_on_batch", x, y), ModeKeys.TRAIN)
         with self._runner.host.running(ModeKeys.TRAIN):
             result, scalars = self._driver.run_one(ModeKeys.TRAIN, self.make_train_function(), iter(dataset), 1)
-            self._driver.forget_iterator(ModeKeys.TRAIN)
+            self._driver.forget_iterator()
         self._driver.check_variables(result, scalars)
         loss = scalars[1] / max(scalars[2], 1e-12)
         if not math.isfinite(loss):

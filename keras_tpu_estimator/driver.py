@@ -161,8 +161,9 @@ class ExecutionDriver:
         self._concrete: tuple | None = None
         self._step_counts: dict[int, tf.Tensor] = {}
         self._call_step: int | None = None  # the global step during one evaluate / predict call
-        # Per mode (validation runs inside fit's epochs): (iterator, steps it still holds), when known.
-        self._input_left: dict[str, tuple[Any, float]] = {}
+        # Per iterator (calls nest: validation in fit, a fit in a callback): id -> (iterator, steps it
+        # still holds), while its call runs and the size is known.
+        self._input_left: dict[int, tuple[Any, float]] = {}
 
     # ---------------------------------------------------------------- sizing
     @staticmethod
@@ -240,12 +241,21 @@ class ExecutionDriver:
         except tf.errors.OutOfRangeError as error:
             if not infinite:
                 raise
-            left = self._input_left.pop(mode, (None, math.inf))[1]
+            left = self._input_left.pop(id(iterator), (None, math.inf))[1]
             if left != math.inf:  # steps before the end may have run unreported: never go on silently
                 raise RuntimeError(
                     f"The input ended before the {left:.0f} more steps tf.data's cardinality promised "
                     f"(in an execution of {size}); its steps may have run without being reported. Was the "
                     "iterator read elsewhere, or the cardinality asserted wrongly?"
+                ) from error
+            # Training can tell whether steps ran (the global step moved); evaluation and prediction
+            # cannot, and their lost steps would be missing rows or loss: they always raise.
+            if mode != ModeKeys.TRAIN or int(self._model.global_step_variable.numpy()) != first_step:
+                raise RuntimeError(
+                    "The input ended although tf.data says it repeats forever (a source that cannot "
+                    "start again, such as a one-shot generator before `repeat()`); the steps of the "
+                    "execution it ended in may have run without being reported. Make the source repeatable, "
+                    "or end it with `take(n)`."
                 ) from error
             # A repeated dataset whose every epoch is empty (a filter that drops all) ends
             # although its cardinality says infinite: run again with the end-of-input check.
@@ -266,16 +276,15 @@ class ExecutionDriver:
                 if self._call_step is None:
                     self._call_step = self.global_step()
                 first_step = self._call_step
-            self._host.submit(mode, [tensor.numpy() for tensor in result.host], first_step, steps)
+            last_step = int(scalars[_STEP]) if mode == ModeKeys.TRAIN and len(scalars) > _ALL_FINITE else None
+            self._host.submit(mode, [tensor.numpy() for tensor in result.host], first_step, steps, last_step)
         return result, scalars
 
-    def forget_iterator(self, mode: str | None = None) -> None:
-        """Drops the cached concrete call and `mode`'s input count (all modes' if None): its iterator is done."""
+    def forget_iterator(self, iterator: Any = None) -> None:
+        """Drops the cached concrete call, and `iterator`'s input count (the iterator is done)."""
         self._concrete = None
-        if mode is None:
-            self._input_left.clear()
-        else:
-            self._input_left.pop(mode, None)
+        if iterator is not None:
+            self._input_left.pop(id(iterator), None)
 
     def executions(
         self,
@@ -317,9 +326,9 @@ class ExecutionDriver:
             setattr(model, flag, False)
             self._call_step = None
         done, self.ended_by = 0, None
-        known = self._input_left.get(mode)
+        known = self._input_left.get(id(iterator))
         if input_steps is not None and (known is None or known[0] is not iterator):
-            known = self._input_left[mode] = (iterator, input_steps)  # a new iterator: all its steps are left
+            known = self._input_left[id(iterator)] = (iterator, input_steps)  # a new iterator: all left
         left = known[1] if input_steps is not None else None
         # Known to be one step in all: no loop around it (its trace and first run are shorter).
         single = left is not None and min(left, steps if steps is not None else math.inf) == 1
@@ -345,7 +354,7 @@ class ExecutionDriver:
             ran = int(scalars[0])
             if left is not None:
                 left -= ran
-                self._input_left[mode] = (iterator, left)
+                self._input_left[id(iterator)] = (iterator, left)
             if mode == ModeKeys.TRAIN and ran:
                 self._check_finite(result, scalars, check_finite)
             if ran:

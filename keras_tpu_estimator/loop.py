@@ -126,11 +126,12 @@ def make_loop_function(
     Returns:
         A `tf.function`. Call it with an iterator of a distributed dataset and
         an int32 scalar tensor; it stops early when the iterator runs out.
-        Pass `infinite=True` for an input that cannot end (a repeated dataset):
-        its steps then read the iterator without checking for the end (on a
-        small model, the check and its branch cost about a third of a step).
-        Pass `single=True` when every call runs one step (`num_steps` is then
-        ignored): the step runs without a loop around it.
+        Pass `infinite=True` when the input surely holds `num_steps` more steps
+        (a repeated dataset, or a counted one: `driver.py`): its steps then
+        read the iterator without checking for the end (on a small model, the
+        check and its branch cost about a third of a step). Pass `single=True`
+        for an execution of one step (`num_steps` is then ignored): the step
+        runs without a loop around it.
 
     Example:
 
@@ -229,7 +230,7 @@ def make_loop_function(
                     return run(data)
                 return tf.cond(_every_replica_has_rows(strategy, data), lambda: run(data), stop_uneven)
 
-            if infinite:  # the input cannot end: no optional and no branch per step
+            if infinite:  # the input holds these steps: no optional and no branch per step
                 return run_if_every_replica_has_rows(iterator.get_next())
             optional = iterator.get_next_as_optional()
             return tf.cond(optional.has_value(), lambda: run_if_every_replica_has_rows(optional.get_value()), stop)

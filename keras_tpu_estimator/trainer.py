@@ -40,6 +40,7 @@ class _FitRun:
     verbose: Any
     validation: tuple
     check_finite: bool
+    input_steps: float | None = None  # read once: a call inside fit (train_on_batch) rebuilds the mode
     empty_replica_at: int | None = None
 
 
@@ -154,6 +155,7 @@ class EstimatorTrainer:
             check_finite=not any(
                 isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks.callbacks
             ),
+            input_steps=self._runner.modes[ModeKeys.TRAIN].input_steps,
         )
         stop = StopRequests()
         take_resumed_epoch(self)  # drop an epoch an earlier fit's backup left; on_train_begin may set it
@@ -161,7 +163,7 @@ class EstimatorTrainer:
             with self._runner.host.running(ModeKeys.TRAIN):  # host sessions and thread for this call
                 epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
             self._driver.cached_global_step = None  # the variable is the truth again
-            self._driver.forget_iterator(ModeKeys.TRAIN)
+            self._driver.forget_iterator()
             callbacks.on_train_end(logs=epoch_logs)
         stop.raise_if_requested()
         if run.empty_replica_at is not None:
@@ -189,6 +191,7 @@ class EstimatorTrainer:
             callbacks.set_params(
                 {"verbose": run.verbose, "epochs": run.epochs, "steps": max(0, stop_step - start_step)}
             )
+        iterator = None
         try:
             iterator = iter(dataset) if steps_per_epoch else None
             epoch_logs: dict = {}
@@ -198,12 +201,13 @@ class EstimatorTrainer:
                 self.reset_metrics()
                 callbacks.on_epoch_begin(epoch)
                 if steps_per_epoch is None:
+                    driver.forget_iterator(iterator)
                     iterator = iter(dataset)
                 done, loss_sum, weight_sum, logs = 0, 0.0, 0.0, {}
                 for execution in driver.executions(
                     ModeKeys.TRAIN, function, iterator, callbacks, steps=steps_per_epoch, stop=stop,
                     check_finite=run.check_finite, multi_worker=self._multi_worker,
-                    input_steps=self._runner.modes[ModeKeys.TRAIN].input_steps,
+                    input_steps=run.input_steps,
                 ):
                     done += execution.steps
                     loss_sum += execution.loss_sum
@@ -231,6 +235,8 @@ class EstimatorTrainer:
         except BaseException:
             driver.cached_global_step = None  # the variable is the truth again
             raise
+        finally:
+            driver.forget_iterator(iterator)
         return epoch_logs
 
     def _report_input_end(
@@ -300,8 +306,9 @@ class EstimatorTrainer:
         with self._runner.host.running(ModeKeys.EVAL):  # fresh host sessions: metrics from zero
             callbacks.on_test_begin()
             done, loss_sum, weight_sum, last_outputs = 0, 0.0, 0.0, None
+            iterator = iter(dataset)
             for execution in self._driver.executions(
-                ModeKeys.EVAL, function, iter(dataset), callbacks, steps=steps,
+                ModeKeys.EVAL, function, iterator, callbacks, steps=steps,
                 input_steps=self._runner.modes[ModeKeys.EVAL].input_steps,
             ):
                 done += execution.steps
@@ -309,7 +316,7 @@ class EstimatorTrainer:
                 loss_sum, weight_sum = loss_sum + execution.loss_sum, weight_sum + execution.weight_sum
                 logs["loss"] = loss_sum / max(weight_sum, 1e-12)
                 execution.logs = dict(logs)
-            self._driver.forget_iterator(ModeKeys.EVAL)
+            self._driver.forget_iterator(iterator)
             if done == 0:
                 raise ValueError("evaluate() ran no steps: the input is empty.")
             metrics = self._runner.host.metric_results()
@@ -356,8 +363,9 @@ class EstimatorTrainer:
         rows = self._runner.modes[ModeKeys.PREDICT].batch.global_size
         callbacks.on_predict_begin()
         with self._runner.host.running(ModeKeys.PREDICT):
+            iterator = iter(dataset)
             for execution in self._driver.executions(
-                ModeKeys.PREDICT, function, iter(dataset), callbacks, steps=steps,
+                ModeKeys.PREDICT, function, iterator, callbacks, steps=steps,
                 input_steps=self._runner.modes[ModeKeys.PREDICT].input_steps,
             ):
                 predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
@@ -370,7 +378,7 @@ class EstimatorTrainer:
                     yield _real_rows(predictions, keep, slice(None))
                     batch = _real_rows(predictions, keep, slice((execution.steps - 1) * rows, None))
                 execution.logs = {"outputs": batch}
-            self._driver.forget_iterator(ModeKeys.PREDICT)
+            self._driver.forget_iterator(iterator)
         callbacks.on_predict_end()
 
     def predict(

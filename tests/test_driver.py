@@ -259,3 +259,37 @@ def test_an_input_shorter_than_its_cardinality_raises_instead_of_losing_steps(mo
     model = models.make_model(k=4)
     with pytest.raises(RuntimeError, match="The input ended before the 12 more steps"):
         model.fit(finite_input(10), callbacks=[kte.StopAtStep(steps=20)], verbose=0)
+
+
+def test_train_on_batch_inside_fit_leaves_fit_s_input_size_alone():
+    """A callback's train_on_batch rebuilds TRAIN with a one-batch input: fit keeps its own size."""
+    model = models.make_model(k=1, seed=5)
+    features, labels = models.data(64)  # 4 batches of 16 per epoch
+    per_epoch = []
+
+    class ExtraStep(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = self.model.global_step
+
+        def on_epoch_end(self, epoch, logs=None):
+            per_epoch.append(self.model.global_step - self.start)
+            self.model.train_on_batch({k: v[:16] for k, v in features.items()}, labels[:16])
+
+    model.fit(features, labels, epochs=3, batch_size=16, shuffle=False, callbacks=[ExtraStep()], verbose=0)
+    assert per_epoch == [4, 4, 4] and model.global_step == 15
+
+
+def test_a_repeated_input_that_cannot_start_again_raises_instead_of_losing_steps():
+    features, labels = models.data(96)
+
+    def input_fn(params):
+        rows = iter(range(96))  # one pass, shared by every repeat: tf.data still says infinite
+        signature = ({"x": tf.TensorSpec([4], tf.float32), "id": tf.TensorSpec([], tf.int64)},
+                     tf.TensorSpec([1], tf.float32))
+        generator = lambda: (({"x": features["x"][i], "id": features["id"][i]}, labels[i]) for i in rows)  # noqa: E731
+        dataset = tf.data.Dataset.from_generator(generator, output_signature=signature)
+        return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
+
+    model = models.make_model(k=4, seed=5)
+    with pytest.raises(RuntimeError, match="The input ended although tf.data says it repeats forever"):
+        model.fit(input_fn, verbose=0)
