@@ -185,7 +185,10 @@ def session_hooks(est: Any) -> dict:
 
 
 def host_global_step(est: Any) -> dict:
-    return most_common(programs.host_global_step_run, est)
+    return {
+        "one_per_step": most_common(programs.host_global_step_run, est),
+        "two_per_step": most_common(lambda est, path: programs.host_global_step_run(est, path, per_step=2), est),
+    }
 
 
 def init_from_checkpoint(est: Any) -> dict:

@@ -543,10 +543,12 @@ def session_hooks_run(est: Any, model_dir: str) -> dict:
 # --- H3: the global step in host functions -------------------------------------------------------
 
 
-def host_global_step_run(est: Any, model_dir: str) -> dict:
+def host_global_step_run(est: Any, model_dir: str, per_step: int = 1) -> dict:
     """`train(steps=6)` with `use_tpu=False`, K=4, a `host_call` whose fn records
     `tf.compat.v1.train.get_global_step()` and the loss it got; then `evaluate(steps=2)` with that
     `host_call` and an `eval_metrics` fn averaging the global step. Returns what each saw.
+    `per_step=2`: the `train_op` adds one more to the global step after its update (as a GAN's
+    second `minimize(global_step=...)`).
     """
     seen: dict[str, list] = {"train": [], "eval": []}
 
@@ -558,6 +560,9 @@ def host_global_step_run(est: Any, model_dir: str) -> dict:
         train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
             loss, global_step=tf.compat.v1.train.get_or_create_global_step()
         )
+        if per_step == 2:
+            with tf.control_dependencies([train_op]):
+                train_op = tf.compat.v1.train.get_global_step().assign_add(1).op
 
         def host_fn(loss):
             step = tf.compat.v1.train.get_global_step()

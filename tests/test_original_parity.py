@@ -331,10 +331,11 @@ def test_bert_like_program_on_replicas_trains_the_same_weights(mirrored, tmp_pat
         assert result[key] == pytest.approx(expected["evaluate"][key], rel=1e-5)
 
 
-def test_host_functions_read_the_global_step_the_original_showed_them(tmp_path):
+@pytest.mark.parametrize("per_step", [1, 2], ids=["one_per_step", "two_per_step"])
+def test_host_functions_read_the_global_step_the_original_showed_them(tmp_path, per_step):
     """CPU path: `get_global_step()` in host_call's fn (train, evaluate) and in a metric_fn."""
-    seen = programs.host_global_step_run(EST, str(tmp_path))
-    expected = original.HOST_GLOBAL_STEP
+    seen = programs.host_global_step_run(EST, str(tmp_path), per_step)
+    expected = original.HOST_GLOBAL_STEP[f"{'one' if per_step == 1 else 'two'}_per_step"]
     for key in ("train", "eval"):
         assert [step for step, _ in seen[key]] == [step for step, _ in expected[key]], key
         assert_close([loss for _, loss in seen[key]], [loss for _, loss in expected[key]])
