@@ -344,13 +344,12 @@ class ExecutionDriver:
                 self.ended_by = "steps" if steps is not None and done >= steps else "stopped"
                 return
             begin(done)
-            if left is not None and left < size:  # the input ends within (or before) this execution
-                if left <= 0:  # as an execution that finds no input: no end for this begin
-                    self.ended_by = "input"
-                    return
-                result, scalars = self.run_one(mode, function, iterator, int(left), True, single)
-            else:
-                result, scalars = self.run_one(mode, function, iterator, size, left is not None, single)
+            if left is not None and left <= 0:  # as an execution that finds no input: no end for this begin
+                self.ended_by = "input"
+                return
+            # A counted input that ends within this execution runs what is left (`ran < size`: "input").
+            run_size = size if left is None or left >= size else int(left)
+            result, scalars = self.run_one(mode, function, iterator, run_size, left is not None, single)
             ran = int(scalars[0])
             if left is not None:
                 left -= ran

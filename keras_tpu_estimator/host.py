@@ -247,14 +247,8 @@ class HostMetrics:
             for metric in result.values():
                 metric.reset_state()
             return
-
-        def updates(result: Any) -> list:
-            if eager_error is not None and _keras_metrics(result):  # they run eagerly, where fn failed
-                raise eager_error
-            return self._updates(result)
-
         try:
-            self._graph_metrics = HostFunction(self.part, fetch=updates)
+            self._graph_metrics = HostFunction(self.part, fetch=self._updates)
         except Exception:
             if eager_error is not None and "eager execution" not in str(eager_error):
                 raise eager_error from None  # e.g. Keras metrics that failed where they run, eagerly
