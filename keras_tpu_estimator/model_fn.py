@@ -56,7 +56,8 @@ from keras_tpu_estimator.legacy import summary_names
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.metric_ops import StepMetrics
 from keras_tpu_estimator.optimizer_view import train_op_optimizer
-from keras_tpu_estimator.padding import mask_scope, pad_batches, prediction_spec, unpack
+from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
+from keras_tpu_estimator.predictions import PredictionPlan
 from keras_tpu_estimator.spec import (
     ModeKeys,
     ModelFn,
@@ -87,7 +88,8 @@ class ModeRecord:
         batch: The `BatchPlan` of the current (or last) call.
         element_spec: The per-replica element spec of that call's input.
         built: Whether `model_fn` has been traced in this mode.
-        output_spec: What each step returns to the caller (PREDICT: predictions and mask).
+        output_spec: What each step returns to the caller (PREDICT: `predictions.output_spec`).
+        predictions: PREDICT's `PredictionPlan`: how predictions reach the host.
         hooks: The spec's `training_hooks` / `evaluation_hooks` / `prediction_hooks`.
         loss_name: The op name `model_fn` gave its loss (what TF1 hooks fetch).
         host_plan: What each step sends to the host, in which order (`host_plan.py`), or None.
@@ -101,6 +103,7 @@ class ModeRecord:
     element_spec: Any = None
     built: bool = False
     output_spec: Any = None
+    predictions: PredictionPlan | None = None
     hooks: list = dataclasses.field(default_factory=list)
     loss_name: str | None = None
     host_plan: HostPlan | None = None
@@ -240,23 +243,24 @@ class ModelFnRunner:
                 )
             output_spec = None
             if mode == ModeKeys.PREDICT:
-                output_spec = (prediction_spec(spec.predictions, mask_spec), mask_spec)
+                record.predictions = PredictionPlan.at_build(spec.predictions, mask_spec)
+                output_spec = record.predictions.output_spec(mask_spec)
             if mode == ModeKeys.EVAL:
                 with self.store.scope():
                     self.metrics, pairs = StepMetrics.at_build(spec, self.use_tpu)
                     output_spec = self.metrics.output_spec(self.metrics.step_values(spec, pairs)[1])
                 spec = self.metrics.host_spec(spec)
-        # Unpadded EVAL batches (the CPU path) reach the host padded to the batch
-        # size with a mask, so every step's host tensors stack (`_host_values`).
-        unpadded_eval = mode == ModeKeys.EVAL and mask_spec is None
-        rows = record.batch.global_size if unpadded_eval else None
+        # Unpadded EVAL and PREDICT batches (the CPU path) reach the host padded to
+        # the batch size with a mask, so every step's host tensors stack (`_host_values`).
+        unpadded = mode != ModeKeys.TRAIN and mask_spec is None
+        rows = record.batch.global_size if unpadded else None
         record.host_plan = self.host.record(
-            mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded_eval, rows=rows
+            mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded, rows=rows
         )
-        if unpadded_eval and rows is None and record.host_plan is not None and record.host_plan.specs:
+        if unpadded and rows is None and record.host_plan is not None and record.host_plan.specs:
             raise ValueError(
                 "eval_metrics and host_call need a known batch size: the dataset's batch "
-                "size is not static. Pass `batch_size` (or `eval_batch_size`)."
+                f"size is not static. Pass `batch_size` (or `{self.configured[mode].argument}`)."
             )
         hooks = {
             ModeKeys.TRAIN: "training_hooks",
@@ -389,14 +393,14 @@ class ModelFnRunner:
         }
 
     def predict_step(self, data: Any) -> dict:
-        """One replica's prediction step: predictions and the padding mask, and host tensors."""
+        """One replica's prediction step: its predictions (`PredictionPlan`), and host tensors."""
         features, labels, mask = unpack(self._static(ModeKeys.PREDICT, data))
         spec = self.call_model_fn(features, labels, ModeKeys.PREDICT, mask)
         return {
             "loss": tf.constant(0.0),
             "weight": tf.constant(0.0),
-            "outputs": (spec.predictions, mask),
-            "host": self._host_values(ModeKeys.PREDICT, spec, mask),
+            "outputs": self.modes[ModeKeys.PREDICT].predictions.device_outputs(spec.predictions, mask),
+            "host": self._host_values(ModeKeys.PREDICT, spec, mask, features),
         }
 
     def built(self, mode: str) -> bool:
@@ -434,8 +438,9 @@ class ModelFnRunner:
         in training on a TPU, whose shapes are static), and shuffled in
         training when `shuffle`.
 
-        In EVAL and PREDICT every batch is padded to the static batch size with
-        a mask (`padding.py`), so a partial last batch needs no special care.
+        On the strategy path every EVAL and PREDICT batch is padded to the
+        static batch size with a mask (`padding.py`), so a partial last batch
+        needs no special care; on the CPU path they keep their real rows.
 
         Returns:
             A distributed dataset whose replicas see `params['batch_size']` rows.
@@ -443,10 +448,10 @@ class ModelFnRunner:
         strategy = self.strategy
         # EVAL and PREDICT end with a partial batch. On the strategy path every
         # batch is padded to a static size with a mask; without it (TPUEstimator's
-        # CPU path) EVAL batches keep their real rows, so model_fn's loss and
-        # eval_metric_ops see exactly those. PREDICT pads on both paths.
+        # CPU path) batches keep their real rows, so model_fn's loss,
+        # eval_metric_ops and predictions see exactly those, as the original's did.
         partial = mode != ModeKeys.TRAIN
-        pad = mode == ModeKeys.PREDICT or (partial and self.use_tpu)
+        pad = partial and self.use_tpu
         global_batch = batch_size or self.configured[mode].global_size
         flat = [] if isinstance(x, tf.data.Dataset) or callable(x) else tf.nest.flatten(x)
         if flat and all(isinstance(a, np.ndarray | tf.Tensor) for a in flat):

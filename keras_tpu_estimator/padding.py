@@ -31,8 +31,8 @@ _local = threading.local()
 def padding_mask() -> tf.Tensor | None:
     """The current batch's mask inside `model_fn` (1.0 real row, 0.0 padding), or None.
 
-    Available in EVAL and PREDICT, where batches are padded to
-    `params['batch_size']` rows. Use it to weight a loss so padded rows do
+    Available in EVAL and PREDICT on the strategy path, where batches are
+    padded to `params['batch_size']` rows (the CPU path does not pad). Use it to weight a loss so padded rows do
     not count.
 
     Example:
@@ -40,7 +40,7 @@ def padding_mask() -> tf.Tensor | None:
     ```python
     def model_fn(features, labels, mode, params):
         ...
-        mask = kte.padding_mask()              # None in TRAIN: batches are not padded
+        mask = kte.padding_mask()              # None in TRAIN and with use_tpu=False: not padded
         if mask is None:
             mask = tf.ones_like(labels[:, 0])
         per_row = tf.abs(predictions - labels)[:, 0]
@@ -137,37 +137,3 @@ def pad_batches(dataset: tf.data.Dataset, batch_size: int, replicas: int = 1) ->
         padded = padded.concatenate(fillers).batch(replicas, drop_remainder=True).unbatch()
     return padded
 
-
-def prediction_spec(predictions: Any, mask_spec: tf.TensorSpec) -> Any:
-    """Specs of `predictions`, which must be batch-major with the static batch."""
-    if not isinstance(predictions, (dict, tf.Tensor)):
-        raise TypeError(
-            "TPUEstimatorSpec.predictions must be dict of Tensors (or one Tensor). "
-            f"Received: {type(predictions).__name__}."
-        )
-    rows = mask_spec.shape[0]
-    items = predictions.items() if isinstance(predictions, dict) else [("predictions", predictions)]
-    for key, tensor in items:
-        if not isinstance(tensor, tf.Tensor):
-            raise TypeError(
-                f"TPUEstimatorSpec.predictions[{key!r}] must be a Tensor. Received: "
-                f"{type(tensor).__name__}."
-            )
-        if tensor.shape.rank != 0 and tensor.shape[0] is None:
-            raise ValueError(
-                f"The tensor with key ({key}) in TPUEstimatorSpec.predictions has dynamic shape "
-                f"(should be static). Tensor: {tensor}. Predictions must be batch-major with "
-                f"the static batch of params['batch_size'] ({rows})."
-            )
-        if tensor.shape.rank != 0 and tensor.shape[0] != rows:
-            raise ValueError(
-                f"Batch length of predictions should be same. {key} has different batch length "
-                f"than others. Its shape is {tensor.shape}; params['batch_size'] is {rows}."
-            )
-        if tensor.shape.rank == 0:
-            raise ValueError(
-                f"The tensor with key ({key}) in TPUEstimatorSpec.predictions must be "
-                f"batch-major with a static first dimension of params['batch_size'] "
-                f"({rows}). Received shape {tensor.shape}."
-            )
-    return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), predictions)

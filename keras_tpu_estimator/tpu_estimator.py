@@ -44,6 +44,7 @@ from keras_tpu_estimator.inference import BatchConfig, inference_on_tpu, model_f
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.model_dir import check_model_dir, checkpoints_newest_first
+from keras_tpu_estimator.predictions import batch_length
 from keras_tpu_estimator.restore import RestoreOrWarmStart
 from keras_tpu_estimator.spec import (
     InputFn,
@@ -407,7 +408,7 @@ class TPUEstimator:
                 elif not isinstance(batch, dict):
                     yield from batch
                 else:
-                    for i in range(len(next(iter(batch.values())))):
+                    for i in range(batch_length(batch)):
                         yield {key: value[i] for key, value in batch.items()}
         finally:
             model.release_host()

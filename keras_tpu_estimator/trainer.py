@@ -44,14 +44,6 @@ class _FitRun:
     empty_replica_at: int | None = None
 
 
-def _real_rows(predictions: Any, keep: np.ndarray, rows: slice) -> Any:
-    """The rows `rows` of every prediction, without the padded ones (`keep` False)."""
-    keep = keep[rows]
-    if keep.all():
-        return tf.nest.map_structure(lambda t: t[rows], predictions)
-    return tf.nest.map_structure(lambda t: t[rows][keep], predictions)
-
-
 class EstimatorTrainer:
     """The `fit` / `evaluate` / `predict` half of `EstimatorModel` (a mixin; see `EstimatorModel`).
 
@@ -360,7 +352,8 @@ class EstimatorTrainer:
         dataset = self._runner.distribute_input(x, ModeKeys.PREDICT, batch_size)
         function = self.make_predict_function()
         callbacks = self._callback_list(ModeKeys.PREDICT, callbacks, verbose, epochs=1, steps=steps)
-        rows = self._runner.modes[ModeKeys.PREDICT].batch.global_size
+        record = self._runner.modes[ModeKeys.PREDICT]
+        rows, plan = record.batch.global_size, record.predictions
         callbacks.on_predict_begin()
         with self._runner.host.running(ModeKeys.PREDICT):
             iterator = iter(dataset)
@@ -368,15 +361,14 @@ class EstimatorTrainer:
                 ModeKeys.PREDICT, function, iterator, callbacks, steps=steps,
                 input_steps=self._runner.modes[ModeKeys.PREDICT].input_steps,
             ):
-                predictions, mask = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
-                keep = mask > 0.5
+                outputs = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
                 if by_step:
-                    for index in range(execution.steps):
-                        batch = _real_rows(predictions, keep, slice(index * rows, (index + 1) * rows))
-                        yield batch
-                else:  # one boolean selection per output for the whole execution
-                    yield _real_rows(predictions, keep, slice(None))
-                    batch = _real_rows(predictions, keep, slice((execution.steps - 1) * rows, None))
+                    batches = plan.steps(outputs, execution.steps, rows)
+                    yield from batches
+                    batch = batches[-1]
+                else:  # one selection per output for the whole execution
+                    yield plan.rows_of(outputs, execution.steps)
+                    batch = plan.steps(outputs, execution.steps, rows)[-1]
                 execution.logs = {"outputs": batch}
             self._driver.forget_iterator(iterator)
         callbacks.on_predict_end()
@@ -391,9 +383,11 @@ class EstimatorTrainer:
     ) -> Any:
         """Runs `model_fn` in PREDICT mode; returns its predictions as NumPy arrays.
 
-        Every batch is padded to `params['batch_size']` rows per replica on the
-        device and the padded rows are dropped here, so the result has exactly
-        one row per input row, in input order, whatever the last batch's size.
+        On the strategy path every batch is padded to `params['batch_size']`
+        rows per replica on the device and the padded rows are dropped here; on
+        the CPU path `model_fn` sees each batch's real rows. Either way the
+        result has exactly one row per input row, in input order, whatever the
+        last batch's size.
 
         Returns:
             The structure of `TPUEstimatorSpec.predictions` (usually a dict).
@@ -406,8 +400,5 @@ class EstimatorTrainer:
         """
         batches = list(self._predictions(x, batch_size, verbose, steps, callbacks, by_step=False))
         if not batches:
-            return tf.nest.map_structure(
-                lambda s: np.zeros([0] + s.shape[1:].as_list(), s.dtype.as_numpy_dtype),
-                self._runner.modes[ModeKeys.PREDICT].output_spec[0],
-            )
+            return self._runner.modes[ModeKeys.PREDICT].predictions.empty()
         return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *batches)

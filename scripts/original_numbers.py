@@ -191,6 +191,11 @@ def host_global_step(est: Any) -> dict:
     }
 
 
+def batch_dependent_predict(est: Any) -> dict:
+    with model_dir() as path:
+        return programs.batch_dependent_predict_run(est, path)
+
+
 def init_from_checkpoint(est: Any) -> dict:
     with model_dir() as init_dir, model_dir() as path:
         program = programs.init_from_checkpoint_program(
@@ -423,6 +428,7 @@ CASES = {
     "SESSION_HOOKS": session_hooks,
     "HOST_GLOBAL_STEP": host_global_step,
     "REPEATED_INPUT": repeated_input,
+    "BATCH_DEPENDENT_PREDICT": batch_dependent_predict,
 }
 
 

@@ -624,6 +624,9 @@ ERRORS = {
         "Batch length of predictions should be same. z has different batch length than others.",
     ],
     "predict.cpu.predictions of two batch lengths,yield_single_examples=False": None,
+    "predict.cpu.scalar prediction": ["IndexError", "tuple index out of range"],
+    "predict.cpu.scalar prediction,yield_single_examples=False": None,
+    "predict.cpu.transposed prediction": None,
     "predict.cpu.hooks=[object()]": [
         "TypeError",
         "Hooks must be a SessionRunHook, given: <object object at 0x...>",

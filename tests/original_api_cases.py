@@ -931,6 +931,14 @@ def _two_lengths_spec(api, mode, predictions, **_):
     return api.estimator.tpu.TPUEstimatorSpec(mode, predictions=ragged)
 
 
+def _scalar_spec(api, mode, predictions, **_):
+    return api.estimator.tpu.TPUEstimatorSpec(mode, predictions={"s": tf.reduce_sum(predictions["y"])})
+
+
+def _transposed_spec(api, mode, predictions, **_):
+    return api.estimator.tpu.TPUEstimatorSpec(mode, predictions={"t": tf.transpose(predictions["y"])})
+
+
 _error("predict.cpu.predict_keys=['nope']")(_predict_case(False, predict_keys=["nope"]))
 _error("predict.cpu.predict_keys=['y']")(_predict_case(False, predict_keys=["y"]))
 _error("predict.cpu.predict_keys with Tensor predictions")(
@@ -940,6 +948,11 @@ _error("predict.cpu.predictions of two batch lengths")(_predict_case(False, _two
 _error("predict.cpu.predictions of two batch lengths,yield_single_examples=False")(
     _predict_case(False, _two_lengths_spec, yield_single_examples=False)
 )
+_error("predict.cpu.scalar prediction")(_predict_case(False, _scalar_spec))
+_error("predict.cpu.scalar prediction,yield_single_examples=False")(
+    _predict_case(False, _scalar_spec, yield_single_examples=False)
+)
+_error("predict.cpu.transposed prediction")(_predict_case(False, _transposed_spec))
 _error("predict.cpu.hooks=[object()]")(_predict_case(False, hooks=[object()]))
 _error("predict.use_tpu.hooks=[object()]")(_predict_case(True, hooks=[object()]))
 _error("predict.use_tpu.Tensor predictions")(_predict_case(True, _tensor_predictions_spec))

@@ -818,3 +818,25 @@ REPEATED_INPUT = {
         "train_batch_size": 12,
     },
 }
+
+BATCH_DEPENDENT_PREDICT = {
+    "batches": [
+        {"centred": [4, 1], "rows": [4]},
+        {"centred": [4, 1], "rows": [4]},
+        {"centred": [2, 1], "rows": [2]},
+    ],
+    "examples": [
+        {"centred": [-1.5], "rows": 4},
+        {"centred": [-0.5], "rows": 4},
+        {"centred": [0.5], "rows": 4},
+        {"centred": [1.5], "rows": 4},
+        {"centred": [-1.5], "rows": 4},
+        {"centred": [-0.5], "rows": 4},
+        {"centred": [0.5], "rows": 4},
+        {"centred": [1.5], "rows": 4},
+        {"centred": [-0.5], "rows": 2},
+        {"centred": [0.5], "rows": 2},
+    ],
+    "host_rows": [4, 4, 2],
+    "traced": [[None, 1]],
+}

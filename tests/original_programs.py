@@ -588,6 +588,41 @@ def host_global_step_run(est: Any, model_dir: str, per_step: int = 1) -> dict:
     return {"train": seen["train"], "eval": seen["eval"], "evaluate": {k: float(v) for k, v in sorted(result.items())}}
 
 
+def batch_dependent_predict_run(est: Any, model_dir: str) -> dict:
+    """`predict` with `use_tpu=False` of 10 rows in batches of 4 (the last has 2) by a model_fn whose
+    predictions depend on the whole batch: each row minus the batch mean, and the batch's row count.
+    A `host_call` records the rows it got. Returns the examples, the batches' shapes
+    (`yield_single_examples=False`), the feature shapes `model_fn` was traced with and the host's rows.
+    """
+    seen: dict[str, list] = {"traced": [], "host_rows": []}
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+
+    def model_fn(features, labels, mode, params):
+        f = features["x"]
+        seen["traced"].append(f.shape.as_list())
+        scale = tf.compat.v1.get_variable("scale", [], initializer=tf.compat.v1.ones_initializer())
+        centred = (f - tf.reduce_mean(f, axis=0)) * scale
+        rows = tf.fill(tf.shape(f)[:1], tf.shape(f)[0])
+
+        def host_fn(centred):
+            record = lambda c: seen["host_rows"].append(int(c.shape[0])) or np.int64(0)  # noqa: E731
+            return tf.numpy_function(record, [centred], tf.int64)
+
+        return est.TPUEstimatorSpec(mode, predictions={"centred": centred, "rows": rows},
+                                    host_call=(host_fn, [centred]))
+
+    def input_fn(params):
+        return tf.data.Dataset.from_tensor_slices({"x": x}).batch(params["batch_size"])
+
+    config = est.RunConfig(model_dir=model_dir, tf_random_seed=SEED)
+    estimator = est.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False, predict_batch_size=4)
+    examples = [{k: v.tolist() for k, v in sorted(p.items())} for p in estimator.predict(input_fn)]
+    host_rows = list(seen["host_rows"])
+    batches = [{k: list(v.shape) for k, v in sorted(p.items())}
+               for p in estimator.predict(input_fn, yield_single_examples=False)]
+    return {"examples": examples, "batches": batches, "traced": seen["traced"][:1], "host_rows": host_rows}
+
+
 # --- I: keras_in_model_fn -----------------------------------------------------------------------
 
 

@@ -85,9 +85,6 @@ DELIBERATE = {
     "evaluate.use_tpu.EstimatorSpec": ("a plain spec evaluates on the strategy path too", None),
     "predict.use_tpu.EstimatorSpec": ("a plain spec predicts on the strategy path too", None),
     "predict.use_tpu.Tensor predictions": ("one prediction tensor works on every path (the original's TODO)", None),
-    "predict.cpu.predictions of two batch lengths,yield_single_examples=False": (
-        "predictions are padded and sliced per batch on every path",
-        ("ValueError", "Batch length of predictions should be same. z has different batch length than others.")),
     "tpu.RunConfig.TF_CONFIG{cluster, no task}": (
         "MultiWorkerMirroredStrategy clusters may list only workers (worker 0 is chief); the task is still required",
         ("ValueError", 'If "cluster" is set in TF_CONFIG, task type must be set.')),

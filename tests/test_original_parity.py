@@ -355,3 +355,14 @@ def test_session_hooks_see_what_the_original_showed_them(tmp_path):
     # The original also saved a checkpoint at step 0 when training began; this library saves
     # after steps only (README, "Checkpoint timing"), so its listeners see the rest.
     assert seen["listener"] == [call for call in expected["listener"] if call[1] != 0]
+
+
+def test_cpu_path_predictions_that_depend_on_the_batch_are_the_originals(tmp_path):
+    """use_tpu=False: model_fn sees each batch's real rows (the last has 2 of 4), not a padded batch.
+
+    Padding the last batch to 4 rows gave [3.75, 4.75] for the centred rows and 4 for the row
+    count, with no error.
+    """
+    seen = programs.batch_dependent_predict_run(EST, str(tmp_path))
+    expected = original.BATCH_DEPENDENT_PREDICT
+    assert seen == expected
