@@ -127,15 +127,15 @@ class PredictionPlan:
         shapes = tf.nest.map_structure(lambda t: tf.shape(t, out_type=tf.int32), predictions)
         return flat, shapes
 
-    def steps(self, outputs: Any, steps: int, rows: int) -> list:
-        """An execution's outputs (NumPy) cut into its steps' predictions: real rows only.
+    def steps(self, outputs: Any, steps: int, rows: int, first: int = 0) -> list:
+        """An execution's outputs (NumPy) cut into its steps' predictions (from step `first`): real rows only.
 
         `rows` is a padded step's global batch.
         """
         if self.padded:
             predictions, mask = outputs
             keep = mask > 0.5
-            return [_real_rows(predictions, keep, slice(i * rows, (i + 1) * rows)) for i in range(steps)]
+            return [_real_rows(predictions, keep, slice(i * rows, (i + 1) * rows)) for i in range(first, steps)]
         flat, shapes = outputs
         leaves = []
         for values, shape, spec in zip(
@@ -144,8 +144,10 @@ class PredictionPlan:
             shape = shape.reshape(steps, spec.shape.rank)
             ends = np.cumsum(np.prod(shape, axis=1, dtype=np.int64))
             starts = np.concatenate([[0], ends[:-1]])
-            leaves.append([values[a:b].reshape(s) for a, b, s in zip(starts, ends, shape, strict=True)])
-        return [tf.nest.pack_sequence_as(self.specs, [leaf[i] for leaf in leaves]) for i in range(steps)]
+            leaves.append([values[starts[i]:ends[i]].reshape(shape[i]) for i in range(first, steps)])
+        if not leaves:  # no predictions at all: an empty structure per step
+            return [tf.nest.pack_sequence_as(self.specs, [])] * (steps - first)
+        return [tf.nest.pack_sequence_as(self.specs, list(step)) for step in zip(*leaves, strict=True)]
 
     def rows_of(self, outputs: Any, steps: int) -> Any:
         """An execution's outputs (NumPy) as one batch: its steps' real rows, concatenated."""

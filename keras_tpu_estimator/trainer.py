@@ -368,7 +368,7 @@ class EstimatorTrainer:
                     batch = batches[-1]
                 else:  # one selection per output for the whole execution
                     yield plan.rows_of(outputs, execution.steps)
-                    batch = plan.steps(outputs, execution.steps, rows)[-1]
+                    batch = plan.steps(outputs, execution.steps, rows, first=execution.steps - 1)[0]
                 execution.logs = {"outputs": batch}
             self._driver.forget_iterator(iterator)
         callbacks.on_predict_end()
