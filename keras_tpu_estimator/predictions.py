@@ -94,7 +94,7 @@ class PredictionPlan:
     ```python
     plan = PredictionPlan.at_build(spec.predictions, mask_spec)    # at build
     outputs = plan.device_outputs(spec.predictions, mask)          # in the step
-    for batch in plan.steps(arrays, steps, rows):                  # on the host
+    for batch in plan.steps(arrays, count, rows):                  # on the host
         ...
     ```
     """
@@ -116,76 +116,107 @@ class PredictionPlan:
         if self.padded:
             return self.specs, mask_spec
         flat = tf.nest.map_structure(lambda s: tf.TensorSpec([None], s.dtype), self.specs)
-        shapes = tf.nest.map_structure(lambda s: tf.TensorSpec([s.shape.rank], tf.int32), self.specs)
-        return flat, shapes
+        shapes = tf.nest.map_structure(lambda s: tf.TensorSpec([None], tf.int32), self.specs)
+        ranks = tf.nest.map_structure(lambda s: tf.TensorSpec([1], tf.int32), self.specs)
+        return flat, shapes, ranks
 
     def device_outputs(self, predictions: Any, mask: tf.Tensor | None) -> tuple:
-        """One step's outputs: predictions and mask, or each prediction flattened and its shape."""
+        """One step's outputs: predictions and mask, or each prediction flattened, its shape and rank."""
         if self.padded:
             return predictions, mask
         flat = tf.nest.map_structure(lambda t: tf.reshape(t, [-1]), predictions)
         shapes = tf.nest.map_structure(lambda t: tf.shape(t, out_type=tf.int32), predictions)
-        return flat, shapes
+        ranks = tf.nest.map_structure(lambda t: tf.reshape(tf.rank(t), [1]), predictions)
+        return flat, shapes, ranks
 
-    def steps(self, outputs: Any, steps: int, rows: int, first: int = 0) -> list:
-        """An execution's outputs (NumPy) cut into its steps' predictions (from step `first`): real rows only.
+    def steps(self, outputs: Any, count: int, rows: int, first: int = 0) -> list:
+        """An execution of `count` steps (NumPy outputs) cut into its steps' predictions, from step `first`.
 
-        `rows` is a padded step's global batch.
+        Real rows only; `rows` is a padded step's global batch.
         """
         if self.padded:
             predictions, mask = outputs
             keep = mask > 0.5
-            return [_real_rows(predictions, keep, slice(i * rows, (i + 1) * rows)) for i in range(first, steps)]
-        flat, shapes = outputs
-        leaves = []
-        for values, shape, spec in zip(
-            tf.nest.flatten(flat), tf.nest.flatten(shapes), tf.nest.flatten(self.specs), strict=True
-        ):
-            shape = shape.reshape(steps, spec.shape.rank)
-            ends = np.cumsum(np.prod(shape, axis=1, dtype=np.int64))
-            starts = np.concatenate([[0], ends[:-1]])
-            leaves.append([values[starts[i]:ends[i]].reshape(shape[i]) for i in range(first, steps)])
+            return [_real_rows(predictions, keep, slice(i * rows, (i + 1) * rows)) for i in range(first, count)]
+        leaves = [[values[a:b].reshape(shape) for a, b, shape in cuts[first:]] for values, cuts in _leaf_cuts(outputs, count)]
         if not leaves:  # no predictions at all: an empty structure per step
-            return [tf.nest.pack_sequence_as(self.specs, [])] * (steps - first)
+            return [tf.nest.pack_sequence_as(self.specs, [])] * (count - first)
         return [tf.nest.pack_sequence_as(self.specs, list(step)) for step in zip(*leaves, strict=True)]
 
-    def rows_of(self, outputs: Any, steps: int) -> Any:
-        """An execution's outputs (NumPy) as one batch: its steps' real rows, concatenated."""
+    def rows_of(self, outputs: Any, count: int) -> Any:
+        """An execution of `count` steps (NumPy outputs) as one batch: its steps' real rows, concatenated."""
         if self.padded:
             predictions, mask = outputs
             return _real_rows(predictions, mask > 0.5, slice(None))
-        flat, shapes = outputs
-
-        def joined(values: np.ndarray, shape: np.ndarray, spec: tf.TensorSpec, path: str) -> np.ndarray:
-            shape = shape.reshape(steps, spec.shape.rank)
-            if spec.shape.rank == 0 or (shape[:, 1:] != shape[:1, 1:]).any():
+        cuts = dict(zip(_names(self.specs), _leaf_cuts(outputs, count), strict=True))
+        shapes = {name: [shape for _, _, shape in steps] for name, (_, steps) in cuts.items()}
+        lengths = None
+        for name in _names(self.specs, sort=False):  # the dict's own order, as the original checked it
+            if any(len(shape) == 0 for shape in shapes[name]):
                 raise ValueError(
-                    f"The prediction {path} cannot be concatenated across batches: its shapes are "
-                    f"{sorted({tuple(s) for s in shape.tolist()})}. predict() joins batches along "
-                    "the first axis; return batch-major predictions, or use predict_batches()."
+                    f"The prediction {name!r} has no batch dimension, so predict() cannot join it "
+                    "across batches. Return batch-major predictions, or use predict_batches()."
                 )
-            return values.reshape([-1, *shape[0, 1:]])
-
-        paths = [str(p) for p, _ in _paths(self.specs)]
+            step_rows = [shape[0] for shape in shapes[name]]
+            lengths = lengths or step_rows
+            if step_rows != lengths:
+                raise ValueError(
+                    f"Batch length of predictions should be same. {name} has different batch length "
+                    f"than others: {step_rows} rows per batch against {lengths}."
+                )
+            _check_joinable(name, shapes[name])
         leaves = [
-            joined(v, s, spec, path)
-            for v, s, spec, path in zip(
-                tf.nest.flatten(flat), tf.nest.flatten(shapes), tf.nest.flatten(self.specs), paths, strict=True
-            )
+            values.reshape([sum(lengths), *shapes[name][0][1:]]) for name, (values, _) in cuts.items()
         ]
+        return tf.nest.pack_sequence_as(self.specs, leaves)
+
+    def join(self, batches: list) -> Any:
+        """`predict()`'s result: the executions' `rows_of` joined along the first axis."""
+        if not batches:
+            return self.empty()
+        leaves = []
+        for name, parts in zip(_names(self.specs), zip(*map(tf.nest.flatten, batches), strict=True), strict=True):
+            _check_joinable(name, [part.shape for part in parts])
+            leaves.append(np.concatenate(parts, axis=0))
         return tf.nest.pack_sequence_as(self.specs, leaves)
 
     def empty(self) -> Any:
         """The result of a prediction over no rows: zero rows of each prediction."""
         return tf.nest.map_structure(
-            lambda s: np.zeros([0] + [d or 0 for d in s.shape[1:]], s.dtype.as_numpy_dtype), self.specs
+            lambda s: np.zeros(
+                [0] + ([d or 0 for d in s.shape[1:]] if s.shape.rank is not None else []), s.dtype.as_numpy_dtype
+            ),
+            self.specs,
         )
 
 
-def _paths(specs: Any) -> list[tuple[str, Any]]:
-    if isinstance(specs, dict):
-        return [(repr(key), value) for key, value in sorted(specs.items())]
-    return [("predictions", specs)]
+def _leaf_cuts(outputs: Any, count: int) -> list[tuple[np.ndarray, list[tuple[int, int, tuple]]]]:
+    """Per prediction: its concatenated values and each step's `(start, end, shape)` in them."""
+    flat, shapes, ranks = (tf.nest.flatten(part) for part in outputs)
+    result = []
+    for values, dims, rank in zip(flat, shapes, ranks, strict=True):
+        ends = np.cumsum(rank)
+        step_shapes = [tuple(int(d) for d in dims[end - r : end]) for r, end in zip(rank, ends, strict=True)]
+        sizes = np.cumsum([int(np.prod(shape, dtype=np.int64)) for shape in step_shapes])
+        starts = [0, *sizes[:-1]]
+        result.append((values, list(zip(starts, sizes, step_shapes, strict=True))[:count]))
+    return result
+
+
+def _check_joinable(name: str, shapes: list[tuple]) -> None:
+    if len({tuple(shape[1:]) for shape in shapes}) > 1:
+        raise ValueError(
+            f"The prediction {name!r} cannot be joined across batches: its shapes are "
+            f"{sorted({tuple(shape) for shape in shapes})}. predict() joins batches along the first "
+            "axis; use predict_batches() for predictions whose other dimensions change."
+        )
+
+
+def _names(specs: Any, sort: bool = True) -> list[str]:
+    """Each prediction's name: in `tf.nest.flatten`'s order (sorted keys), or the dict's own."""
+    if not isinstance(specs, dict):
+        return ["predictions"]
+    return [str(key) for key in (sorted(specs) if sort else specs)]
 
 
 def _real_rows(predictions: Any, keep: np.ndarray, rows: slice) -> Any:

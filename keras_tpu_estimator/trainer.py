@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator._compat.keras_state import take_resumed_epoch
@@ -399,6 +398,4 @@ class EstimatorTrainer:
         ```
         """
         batches = list(self._predictions(x, batch_size, verbose, steps, callbacks, by_step=False))
-        if not batches:
-            return self._runner.modes[ModeKeys.PREDICT].predictions.empty()
-        return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *batches)
+        return self._runner.modes[ModeKeys.PREDICT].predictions.join(batches)

@@ -78,7 +78,7 @@ def test_predictions_of_any_shape_reach_predict_batches_unchanged():
 
 def test_predict_cannot_join_a_scalar_across_batches_and_says_what_to_use():
     model = cpu_model(lambda f: {"total": tf.reduce_sum(f)})
-    with pytest.raises(ValueError, match=r"prediction 'total' cannot be concatenated.*predict_batches"):
+    with pytest.raises(ValueError, match=r"prediction 'total' has no batch dimension.*predict_batches"):
         model.predict(input_fn, verbose=0)
 
 
@@ -101,3 +101,38 @@ def test_the_facade_yields_single_examples_checked_as_the_original_did(tmp_path)
         next(estimator.predict(input_fn))
     shapes = [{k: v.shape for k, v in b.items()} for b in estimator.predict(input_fn, yield_single_examples=False)]
     assert shapes == [{"x": (4, 1), "three": (3,)}] * 2 + [{"x": (2, 1), "three": (3,)}]
+
+
+def test_a_prediction_of_unknown_rank_and_one_of_zero_width_come_back():
+    def odd(f):
+        return {"doubled": tf.numpy_function(lambda a: a * 2, [f], tf.float32), "none": f[:, :0]}
+
+    out = cpu_model(odd).predict(input_fn, verbose=0)
+    np.testing.assert_array_equal(out["doubled"], X * 2)
+    assert out["none"].shape == (10, 0)
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 3])
+def test_predict_refuses_predictions_it_cannot_join_into_one_row_per_example(steps_per_execution):
+    model = cpu_model(lambda f: {"y": f, "three": tf.zeros([3])}, steps_per_execution)
+    with pytest.raises(ValueError, match="^Batch length of predictions should be same. three has"):
+        model.predict(input_fn, verbose=0)
+    model = cpu_model(lambda f: {"t": tf.transpose(f)}, steps_per_execution)
+    with pytest.raises(ValueError, match=r"prediction 't' cannot be joined across batches.*\(1, 2\), \(1, 4\)"):
+        model.predict(input_fn, verbose=0)
+
+
+def test_host_call_in_predict_sees_each_batch_and_refuses_one_larger_than_the_batch_size():
+    seen = []
+
+    def model_fn(features, labels, mode, params):
+        f = features["x"] + 0 * tf.compat.v1.get_variable("v", [])
+        record = lambda t: seen.append(t.shape[0]) or np.int64(0)  # noqa: E731
+        host_call = (lambda t: tf.numpy_function(record, [t], tf.int64), [f])
+        return kte.TPUEstimatorSpec(mode, predictions={"y": f}, host_call=host_call)
+
+    model = kte.EstimatorModel(model_fn, use_tpu=False, predict_batch_size=4, steps_per_execution=2)
+    model.predict(input_fn, verbose=0)
+    assert seen == [4, 4, 2]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="real batch size should not be greater than batch_size"):
+        model.predict(lambda params: tf.data.Dataset.from_tensor_slices({"x": X}).batch(8), verbose=0)
