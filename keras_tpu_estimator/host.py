@@ -399,13 +399,14 @@ class HostRunner:
         self._warned_uneven = False
 
     def record(
-        self, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None
+        self, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None,
+        only_if_dynamic: bool = False,
     ) -> HostPlan | None:
         """Makes `mode`'s plan at build (`HostPlan.from_spec`) and builds its host functions.
 
         Returns the plan (its `specs` are the loop's `host_spec`), or None when nothing is sent.
         """
-        plan = HostPlan.from_spec(mode, spec, replicas, padded, rows)
+        plan = HostPlan.from_spec(mode, spec, replicas, padded, rows, only_if_dynamic)
         self._plans[mode] = plan
         if plan is None:
             return None

@@ -151,9 +151,13 @@ class HostPlan:
 
     @classmethod
     def from_spec(
-        cls, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None
+        cls, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None,
+        only_if_dynamic: bool = False,
     ) -> HostPlan | None:
-        """Checks `spec`'s host tensors; the plan, or None when it has no `host_call` or `eval_metrics`."""
+        """Checks `spec`'s host tensors; the plan, or None when it has no `host_call` or `eval_metrics`.
+
+        `only_if_dynamic`: pad (`padded`) only when a tensor's row count is not static.
+        """
         pairs = [("host_call", getattr(spec, "host_call", None))]
         if mode == ModeKeys.EVAL:
             pairs.append(("eval_metrics", getattr(spec, "eval_metrics", None)))
@@ -168,6 +172,8 @@ class HostPlan:
         if not found:
             return None
         if not tensors:  # host_call=(fn, []): nothing travels, but fn still runs once per step
+            padded = False
+        if only_if_dynamic and all(t.shape[0] is not None for t in tensors):
             padded = False
         specs = [
             tf.TensorSpec([rows if t.shape[0] is None else t.shape[0], *t.shape[1:]], t.dtype)
@@ -220,6 +226,13 @@ class HostPlan:
                 raise ValueError("An unpadded step needs its features to pad the host tensors.")
             rows = tf.shape(tf.nest.flatten(features)[0])[0]
             size = self.specs[-1].shape[0]
+            check = tf.debugging.Assert(
+                rows <= size,
+                ["The real batch size should not be greater than batch_size (host_call and eval_metrics "
+                 "tensors are padded to it).", rows, size],
+            )
+            with tf.control_dependencies([check]):
+                rows = tf.identity(rows)
             mask = tf.pad(tf.ones([rows]), [[0, size - rows]])
             tensors = [
                 tf.ensure_shape(

@@ -251,11 +251,14 @@ class ModelFnRunner:
                     output_spec = self.metrics.output_spec(self.metrics.step_values(spec, pairs)[1])
                 spec = self.metrics.host_spec(spec)
         # Unpadded EVAL and PREDICT batches (the CPU path) reach the host padded to
-        # the batch size with a mask, so every step's host tensors stack (`_host_values`).
+        # the batch size with a mask, so every step's host tensors stack (`_host_values`);
+        # so do TRAIN's on the CPU path when their rows are dynamic (a partial last batch).
         unpadded = mode != ModeKeys.TRAIN and mask_spec is None
-        rows = record.batch.global_size if unpadded else None
+        dynamic_train = mode == ModeKeys.TRAIN and not self.use_tpu and record.batch.global_size is not None
+        rows = record.batch.global_size if unpadded or dynamic_train else None
         record.host_plan = self.host.record(
-            mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded, rows=rows
+            mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded or dynamic_train,
+            rows=rows, only_if_dynamic=dynamic_train,
         )
         if unpadded and rows is None and record.host_plan is not None and record.host_plan.specs:
             raise ValueError(
@@ -342,7 +345,7 @@ class ModelFnRunner:
             return {
                 "loss": loss,
                 "weight": self._rows(features),
-                "host": self._host_values(ModeKeys.TRAIN, spec, None),
+                "host": self._host_values(ModeKeys.TRAIN, spec, None, features),
                 "gradients": gradients,
             }
         step_variable = self.store.global_step.value
@@ -365,7 +368,7 @@ class ModelFnRunner:
         # Each replica fetches its own train_op (the step count reads replica 0's only).
         with tf.control_dependencies([train_op, *done]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
-            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
+            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None, features)]
         return {"loss": loss, "weight": self._rows(features), "host": host}
 
     def apply_keras_optimizer(self, result: dict) -> dict:

@@ -196,6 +196,11 @@ def batch_dependent_predict(est: Any) -> dict:
         return programs.batch_dependent_predict_run(est, path)
 
 
+def partial_train_batch_host_call(est: Any) -> dict:
+    with model_dir() as path:
+        return programs.partial_train_batch_host_call_run(est, path)
+
+
 def init_from_checkpoint(est: Any) -> dict:
     with model_dir() as init_dir, model_dir() as path:
         program = programs.init_from_checkpoint_program(
@@ -429,6 +434,7 @@ CASES = {
     "HOST_GLOBAL_STEP": host_global_step,
     "REPEATED_INPUT": repeated_input,
     "BATCH_DEPENDENT_PREDICT": batch_dependent_predict,
+    "PARTIAL_TRAIN_BATCH_HOST_CALL": partial_train_batch_host_call,
 }
 
 

@@ -840,3 +840,5 @@ BATCH_DEPENDENT_PREDICT = {
     "host_rows": [4, 4, 2],
     "traced": [[None, 1]],
 }
+
+PARTIAL_TRAIN_BATCH_HOST_CALL = {"global_step": 3, "host_rows": [4, 4, 2], "w": 1.2044728994369507}

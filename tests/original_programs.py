@@ -623,6 +623,35 @@ def batch_dependent_predict_run(est: Any, model_dir: str) -> dict:
     return {"examples": examples, "batches": batches, "traced": seen["traced"][:1], "host_rows": host_rows}
 
 
+def partial_train_batch_host_call_run(est: Any, model_dir: str) -> dict:
+    """`train` with `use_tpu=False`, K=3, on 10 rows in batches of 4 (the last has 2) with a `host_call`
+    that records the rows it got. Returns those rows, the final weight and the global step.
+    """
+    seen: list = []
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+
+    def model_fn(features, labels, mode, params):
+        w = tf.compat.v1.get_variable("w", [1, 1], initializer=tf.compat.v1.ones_initializer())
+        loss = tf.reduce_mean(tf.square(tf.matmul(features["x"], w) - labels))
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(
+            loss, tf.compat.v1.train.get_global_step()
+        )
+
+        def host_fn(rows):
+            return tf.numpy_function(lambda r: seen.append(int(r.shape[0])) or np.int64(0), [rows], tf.int64)
+
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, host_call=(host_fn, [features["x"]]))
+
+    def input_fn(params):
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, 2 * x)).batch(params["batch_size"])
+
+    config = est.RunConfig(model_dir=model_dir, tpu_config=est.TPUConfig(iterations_per_loop=3))
+    estimator = est.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False, train_batch_size=4)
+    estimator.train(input_fn)
+    return {"host_rows": seen, "w": float(estimator.get_variable_value("w")[0, 0]),
+            "global_step": int(estimator.get_variable_value("global_step"))}
+
+
 # --- I: keras_in_model_fn -----------------------------------------------------------------------
 
 

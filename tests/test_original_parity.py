@@ -366,3 +366,14 @@ def test_cpu_path_predictions_that_depend_on_the_batch_are_the_originals(tmp_pat
     seen = programs.batch_dependent_predict_run(EST, str(tmp_path))
     expected = original.BATCH_DEPENDENT_PREDICT
     assert seen == expected
+
+
+def test_host_call_in_training_on_a_partial_last_batch_is_the_originals(tmp_path):
+    """use_tpu=False, 3 steps per execution, batches of 4, 4, 2: the last execution's steps differ in
+    rows. The host tensors could not be stacked (an InvalidArgumentError); they now travel padded with
+    a mask, and fn sees each step's real rows, as in the original.
+    """
+    seen = programs.partial_train_batch_host_call_run(EST, str(tmp_path))
+    expected = original.PARTIAL_TRAIN_BATCH_HOST_CALL
+    assert seen["host_rows"] == expected["host_rows"] and seen["global_step"] == expected["global_step"]
+    assert seen["w"] == pytest.approx(expected["w"], rel=1e-6)
