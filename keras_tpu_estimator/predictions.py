@@ -30,6 +30,8 @@ def _check_types(predictions: Any) -> list[tuple[str, Any]]:
         )
     items = list(predictions.items()) if isinstance(predictions, dict) else [("predictions", predictions)]
     for key, tensor in items:
+        if not isinstance(key, str):  # the Estimator's default PredictOutput refused it
+            raise ValueError(f"Prediction output key must be a string; got {key}.")
         if not isinstance(tensor, tf.Tensor):
             raise TypeError(
                 f"TPUEstimatorSpec.predictions[{key!r}] must be a Tensor. Received: "

@@ -627,6 +627,10 @@ ERRORS = {
     "predict.cpu.scalar prediction": ["IndexError", "tuple index out of range"],
     "predict.cpu.scalar prediction,yield_single_examples=False": None,
     "predict.cpu.transposed prediction": None,
+    "predict.cpu.predictions with an int key": [
+        "ValueError",
+        "Prediction output key must be a string; got 1.",
+    ],
     "predict.cpu.hooks=[object()]": [
         "TypeError",
         "Hooks must be a SessionRunHook, given: <object object at 0x...>",

@@ -935,6 +935,10 @@ def _scalar_spec(api, mode, predictions, **_):
     return api.estimator.tpu.TPUEstimatorSpec(mode, predictions={"s": tf.reduce_sum(predictions["y"])})
 
 
+def _int_key_spec(api, mode, predictions, **_):
+    return api.estimator.tpu.TPUEstimatorSpec(mode, predictions={1: predictions["y"]})
+
+
 def _transposed_spec(api, mode, predictions, **_):
     return api.estimator.tpu.TPUEstimatorSpec(mode, predictions={"t": tf.transpose(predictions["y"])})
 
@@ -953,6 +957,7 @@ _error("predict.cpu.scalar prediction,yield_single_examples=False")(
     _predict_case(False, _scalar_spec, yield_single_examples=False)
 )
 _error("predict.cpu.transposed prediction")(_predict_case(False, _transposed_spec))
+_error("predict.cpu.predictions with an int key")(_predict_case(False, _int_key_spec))
 _error("predict.cpu.hooks=[object()]")(_predict_case(False, hooks=[object()]))
 _error("predict.use_tpu.hooks=[object()]")(_predict_case(True, hooks=[object()]))
 _error("predict.use_tpu.Tensor predictions")(_predict_case(True, _tensor_predictions_spec))
