@@ -398,15 +398,12 @@ class HostRunner:
         self._calls: list[str] = []  # modes of the calls in progress (validation inside fit)
         self._warned_uneven = False
 
-    def record(
-        self, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None,
-        only_if_dynamic: bool = False,
-    ) -> HostPlan | None:
+    def record(self, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False) -> HostPlan | None:
         """Makes `mode`'s plan at build (`HostPlan.from_spec`) and builds its host functions.
 
         Returns the plan (its `specs` are the loop's `host_spec`), or None when nothing is sent.
         """
-        plan = HostPlan.from_spec(mode, spec, replicas, padded, rows, only_if_dynamic)
+        plan = HostPlan.from_spec(mode, spec, replicas, padded, ragged)
         self._plans[mode] = plan
         if plan is None:
             return None

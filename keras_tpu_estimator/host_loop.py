@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu_estimator.host_plan import HostPart
+from keras_tpu_estimator.host_plan import HostPart, RaggedSteps
 
 
 def _without_padding(value: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
@@ -37,13 +37,27 @@ def _without_padding(value: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
     return tf.cond(per_row, lambda: tf.boolean_mask(value, keep), lambda: value)
 
 
+def _ragged_step(flat: tf.Tensor, shapes: tf.Tensor, spec: tf.TensorSpec) -> Callable[[tf.Tensor], tf.Tensor]:
+    """Step `index`'s value of a ragged tensor (`host_plan.RaggedSteps` in the graph)."""
+    ends = tf.cumsum(tf.reduce_prod(shapes, axis=1))
+
+    def value(index: tf.Tensor) -> tf.Tensor:
+        start = tf.where(index > 0, tf.gather(ends, tf.maximum(index - 1, 0)), 0)
+        step = tf.reshape(flat[start : tf.gather(ends, index)], tf.gather(shapes, index))
+        step.set_shape(spec.shape)
+        return step
+
+    return value
+
+
 def build_steps_loop(
     part: HostPart, padded: bool, call_step: Callable[[list], Sequence[Any]], global_step: tf.Variable
 ) -> tuple[list, tf.Tensor]:
     """Adds to the default graph a loop calling `call_step` once per chosen step; returns `(feeds, done)`.
 
     Args:
-        part: Whose tensors the steps carry (`part.specs`, one step's shapes).
+        part: Whose tensors the steps carry (`part.specs`, one step's shapes;
+            `part.ragged` ones arrive as `RaggedSteps`' two arrays).
         padded: Each step comes with a padding mask: padded rows are dropped
             before `call_step` sees them, as `drop_padding` drops them.
         call_step: Called once, inside the loop's body, with one step's
@@ -59,12 +73,23 @@ def build_steps_loop(
     with tf.name_scope("execution"):
         indices = tf.compat.v1.placeholder(tf.int32, [None], name="steps")
         global_steps = tf.compat.v1.placeholder(tf.int64, [None], name="global_steps")
-        stacked = [tf.compat.v1.placeholder(s.dtype, [None, *s.shape]) for s in part.specs]
+        ragged = part.ragged or (False,) * part.size
+        stacked: list = []
+        step_value: list[Callable[[tf.Tensor], tf.Tensor]] = []
+        for spec, is_ragged in zip(part.specs, ragged, strict=True):
+            if is_ragged:
+                flat = tf.compat.v1.placeholder(spec.dtype, [None])
+                shapes = tf.compat.v1.placeholder(tf.int32, [None, spec.shape.rank])
+                stacked += [flat, shapes]
+                step_value.append(_ragged_step(flat, shapes, spec))
+            else:
+                stacked.append(tf.compat.v1.placeholder(spec.dtype, [None, *spec.shape]))
+                step_value.append(lambda index, v=stacked[-1]: tf.gather(v, index))
         mask = tf.compat.v1.placeholder(tf.float32, [None, None], name="mask") if padded else None
 
         def one_step(position: tf.Tensor) -> tf.Tensor:
             index = tf.gather(indices, position)
-            values = [tf.gather(v, index) for v in stacked]
+            values = [value(index) for value in step_value]
             if mask is not None:
                 keep = tf.gather(mask, index) > 0.5
                 values = [_without_padding(v, keep) for v in values]
@@ -87,5 +112,8 @@ def steps_feeds(
 
     `global_steps[i]` is the global step of stacked step `i`.
     """
-    feeds = [np.asarray(indices, np.int32), np.asarray(global_steps, np.int64), *values]
+    flat: list = []
+    for value in values:
+        flat += [value.flat, value.shapes] if isinstance(value, RaggedSteps) else [value]
+    feeds = [np.asarray(indices, np.int32), np.asarray(global_steps, np.int64), *flat]
     return feeds + ([mask] if mask is not None else [])

@@ -5,6 +5,15 @@ A step's host tensors travel as one flat list: `host_call`'s tensors, then
 `HostPlan` is made once per mode at build (`HostRunner.record`); the device
 step builds the list with `HostPlan.device_values` and the host takes it apart
 with `HostPlan.split`, so the order is written here only.
+
+On the strategy path every step's tensors have the same shape (batches are
+padded to a static size) and are stacked over an execution's steps. On the
+CPU path (`use_tpu=False`) a step's tensors are whatever `model_fn` made, as
+TPUEstimator's CPU path passed them to the host function: a tensor whose
+static shape is not fully known (a partial last batch, a batch of the
+input's own size) travels *ragged*: its values flattened and concatenated
+over steps, and each step's shape; the host cuts the steps apart
+(`RaggedSteps`).
 """
 
 from __future__ import annotations
@@ -31,8 +40,11 @@ def split_host_call(name: str, host_call: Any) -> tuple[Callable, list[str] | No
     return fn, None, list(tensors)
 
 
-def check_batch_major(name: str, tensors: Sequence[Any], keys: list[str] | None) -> None:
-    """Raises a ValueError naming any host tensor that cannot be concatenated across replicas."""
+def check_batch_major(name: str, tensors: Sequence[Any], keys: list[str] | None, scalars: bool = False) -> None:
+    """Raises a ValueError naming any host tensor that cannot be concatenated across replicas.
+
+    `scalars`: scalars are allowed (the CPU path: nothing is concatenated).
+    """
     for index, tensor in enumerate(tensors):
         label = f"{name}[1][{keys[index]!r}]" if keys else f"{name}[1][{index}]"
         if not isinstance(tensor, (tf.Tensor, tf.Variable)) and not hasattr(tensor, "shape"):
@@ -40,12 +52,40 @@ def check_batch_major(name: str, tensors: Sequence[Any], keys: list[str] | None)
                 f"{label} must be a tensor; received {type(tensor).__name__}. Nested "
                 "structures are not supported: pass a flat list or dict of tensors."
             )
-        if tensor.shape.rank == 0:
+        if tensor.shape.rank == 0 and not scalars:
             raise RuntimeError(
                 "All tensors outfed from TPU should preserve batch size dimension, but got scalar "
                 f"{tensor}. {label} must keep a batch dimension so it can be concatenated across "
                 "replicas: use `tf.reshape(t, [1])` for a scalar."
             )
+
+
+class RaggedSteps:
+    """An execution's values of one host tensor whose shape varies by step: `steps[i]` is step i's.
+
+    Args:
+        flat: Every step's values, flattened and concatenated (`[total]`).
+        shapes: Each step's shape (`[steps, rank]`).
+
+    Example:
+
+    ```python
+    steps = RaggedSteps(np.arange(10), np.array([[2, 3], [4, 1]]))
+    steps[1]          # array([[6], [7], [8], [9]])
+    ```
+    """
+
+    def __init__(self, flat: np.ndarray, shapes: np.ndarray):
+        self.flat, self.shapes = flat, shapes
+        sizes = np.prod(shapes, axis=1, dtype=np.int64) if shapes.ndim == 2 else np.ones(len(shapes), np.int64)
+        self._ends = np.cumsum(sizes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        start = int(self._ends[index - 1]) if index else 0
+        return self.flat[start : int(self._ends[index])].reshape(self.shapes[index])
 
 
 def drop_padding(values: Sequence[np.ndarray], mask: np.ndarray) -> list[np.ndarray]:
@@ -70,6 +110,7 @@ class HostPart:
             (concatenated over replicas; any row count when padded).
         per_row: For each tensor, whether it has one row per batch row (so
             loses the padded rows), as far as the build's static shapes tell.
+        ragged: For each tensor, whether it travels ragged (`RaggedSteps`).
 
     Example:
 
@@ -84,6 +125,7 @@ class HostPart:
     keys: tuple[str, ...] | None
     specs: tuple[tf.TensorSpec, ...]
     per_row: tuple[bool, ...]
+    ragged: tuple[bool, ...] = ()
 
     @property
     def size(self) -> int:
@@ -120,18 +162,19 @@ class HostPlan:
     """What each step of one mode sends to the host: `host_call`, `eval_metrics`, mask.
 
     Made once per mode at build by `HostRunner.record`. The device step calls
-    `device_values`; the device loop stacks them per step (`specs`); the host
-    takes each execution's arrays apart with `split`.
+    `device_values`; the device loop stacks (or, for ragged tensors,
+    concatenates) them per step (`specs`, `concat`); the host takes each
+    execution's arrays apart with `split`.
 
     Attributes:
         mode: The mode.
         host_call: The `host_call` part, or None.
         eval_metrics: The `eval_metrics` part (EVAL only), or None.
         padded: The host receives a padding mask (last) and drops padded rows.
-        rows: With `padded`, the per-replica batch that tensors without a
-            static row count are padded to on the device (EVAL on the CPU path).
         specs: Per-replica `tf.TensorSpec`s of `device_values` (the device
             loop's `host_spec`; a list, as `device_values` returns).
+        concat: For each of `specs`, whether the loop concatenates it over
+            steps (a ragged tensor's flat values) instead of stacking it.
 
     Example:
 
@@ -146,17 +189,16 @@ class HostPlan:
     host_call: HostPart | None
     eval_metrics: HostPart | None
     padded: bool
-    rows: int | None
     specs: list[tf.TensorSpec]
+    concat: tuple[bool, ...]
 
     @classmethod
-    def from_spec(
-        cls, mode: str, spec: Any, replicas: int, padded: bool, rows: int | None = None,
-        only_if_dynamic: bool = False,
-    ) -> HostPlan | None:
+    def from_spec(cls, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False) -> HostPlan | None:
         """Checks `spec`'s host tensors; the plan, or None when it has no `host_call` or `eval_metrics`.
 
-        `only_if_dynamic`: pad (`padded`) only when a tensor's row count is not static.
+        `ragged` (the CPU path: one replica, batches as the input made them):
+        a tensor whose static shape is not fully known travels ragged, and
+        scalars are allowed.
         """
         pairs = [("host_call", getattr(spec, "host_call", None))]
         if mode == ModeKeys.EVAL:
@@ -166,23 +208,27 @@ class HostPlan:
         for name, pair in pairs:
             if pair is not None:
                 fn, keys, part_tensors = split_host_call(name, pair)
-                check_batch_major(name, part_tensors, keys)
+                check_batch_major(name, part_tensors, keys, scalars=ragged)
                 found[name] = (fn, keys, part_tensors)
                 tensors += part_tensors
         if not found:
             return None
-        if not tensors:  # host_call=(fn, []): nothing travels, but fn still runs once per step
+        if not tensors or ragged:  # host_call=(fn, []): nothing travels, but fn still runs once per step
             padded = False
-        if only_if_dynamic and all(t.shape[0] is not None for t in tensors):
-            padded = False
-        specs = [
-            tf.TensorSpec([rows if t.shape[0] is None else t.shape[0], *t.shape[1:]], t.dtype)
-            for t in tensors
-        ]
+        specs: list[tf.TensorSpec] = []
+        concat: list[bool] = []
+        for t in tensors:
+            if ragged and not t.shape.is_fully_defined():
+                specs += [tf.TensorSpec([None], t.dtype), tf.TensorSpec([t.shape.rank], tf.int32)]
+                concat += [True, False]
+            else:
+                specs.append(tf.TensorSpec(t.shape, t.dtype))
+                concat.append(False)
         mask_rows = None
         if padded:
-            mask_rows = rows or specs[0].shape[0]
+            mask_rows = specs[0].shape[0]
             specs.append(tf.TensorSpec([mask_rows], tf.float32))
+            concat.append(False)
 
         def part(name: str) -> HostPart | None:
             if name not in found:
@@ -191,65 +237,56 @@ class HostPlan:
             gathered = []
             for t in part_tensors:
                 shape = t.shape.as_list()
-                # Padded rows are dropped before the host sees them: any row count.
-                shape[0] = None if padded or shape[0] is None else shape[0] * replicas
+                if shape:  # padded rows are dropped before the host sees them: any row count
+                    shape[0] = None if padded or shape[0] is None else shape[0] * replicas
                 gathered.append(tf.TensorSpec(shape, t.dtype))
-            device_rows = [rows if t.shape[0] is None else t.shape[0] for t in part_tensors]
-            per_row = tuple(mask_rows is not None and r == mask_rows for r in device_rows)
-            return HostPart(name, fn, None if keys is None else tuple(keys), tuple(gathered), per_row)
+            per_row = tuple(mask_rows is not None and t.shape[0] == mask_rows for t in part_tensors)
+            is_ragged = tuple(ragged and not t.shape.is_fully_defined() for t in part_tensors)
+            return HostPart(name, fn, None if keys is None else tuple(keys), tuple(gathered), per_row, is_ragged)
 
-        return cls(mode, part("host_call"), part("eval_metrics"), padded, rows, specs)
+        return cls(mode, part("host_call"), part("eval_metrics"), padded, specs, tuple(concat))
 
-    def device_values(self, spec: Any, mask: Any, features: Any = None) -> list[tf.Tensor]:
+    def _parts(self) -> list[HostPart]:
+        return [part for part in (self.host_call, self.eval_metrics) if part is not None]
+
+    def device_values(self, spec: Any, mask: Any) -> list[tf.Tensor]:
         """One replica's host tensors for one step, in transfer order (the device side).
 
         Args:
             spec: The step's `model_fn` spec.
-            mask: The step's padding mask, or None. When the plan is padded
-                and there is no mask (unpadded EVAL batches, the CPU path),
-                per-row tensors are padded to `rows` and a mask of ones added,
-                so every step's tensors stack.
-            features: The step's features (their rows), needed in that case.
+            mask: The step's padding mask, or None.
         """
         tensors: list = []
-        for part in (self.host_call, self.eval_metrics):
-            if part is not None:
-                pair = getattr(spec, part.name, None)
-                if pair is None:
-                    raise ValueError(
-                        f"model_fn returned {part.name} when the model was built but None now. "
-                        "Return the same kind of spec on every call."
-                    )
-                tensors += split_host_call(part.name, pair)[2]
-        if mask is None and self.padded:
-            if features is None:
-                raise ValueError("An unpadded step needs its features to pad the host tensors.")
-            rows = tf.shape(tf.nest.flatten(features)[0])[0]
-            size = self.specs[-1].shape[0]
-            check = tf.debugging.Assert(
-                rows <= size,
-                ["The real batch size should not be greater than batch_size (host_call and eval_metrics "
-                 "tensors are padded to it).", rows, size],
-            )
-            with tf.control_dependencies([check]):
-                rows = tf.identity(rows)
-            mask = tf.pad(tf.ones([rows]), [[0, size - rows]])
-            tensors = [
-                tf.ensure_shape(
-                    tf.pad(t, [[0, size - rows]] + [[0, 0]] * (t.shape.rank - 1)), s.shape
+        for part in self._parts():
+            pair = getattr(spec, part.name, None)
+            if pair is None:
+                raise ValueError(
+                    f"model_fn returned {part.name} when the model was built but None now. "
+                    "Return the same kind of spec on every call."
                 )
-                if t.shape[0] is None
-                else t
-                for t, s in zip(tensors, self.specs[:-1], strict=True)
-            ]
+            for tensor, ragged in zip(split_host_call(part.name, pair)[2], part.ragged or [False] * part.size, strict=True):
+                tensors += [tf.reshape(tensor, [-1]), tf.shape(tensor)] if ragged else [tensor]
         return tensors + ([mask] if mask is not None and self.padded else [])
 
     def split(self, values: Sequence[Any]) -> HostValues:
-        """Takes one step's values (or an execution's, stacked over steps) apart (the host side)."""
-        count = self.host_call.size if self.host_call is not None else 0
-        metrics = self.eval_metrics.size if self.eval_metrics is not None else 0
-        return HostValues(
-            list(values[:count]),
-            list(values[count : count + metrics]),
-            values[count + metrics] if self.padded else None,
-        )
+        """Takes an execution's values (stacked over steps) apart (the host side).
+
+        A ragged tensor's pair of arrays becomes one `RaggedSteps`; either way
+        `value[i]` is step i's.
+        """
+        values = list(values)
+        taken: list[list] = []
+        position = 0
+        for part in self._parts():
+            own = []
+            for ragged in part.ragged or [False] * part.size:
+                if ragged:
+                    own.append(RaggedSteps(values[position], values[position + 1]))
+                    position += 2
+                else:
+                    own.append(values[position])
+                    position += 1
+            taken.append(own)
+        host_call = taken.pop(0) if self.host_call is not None else []
+        metrics = taken.pop(0) if self.eval_metrics is not None else []
+        return HostValues(host_call, metrics, values[position] if self.padded else None)

@@ -58,7 +58,8 @@ class ExecutionResult(NamedTuple):
         outputs: Per-step outputs concatenated over replicas and steps
             (`[steps * global_batch, ...]`), or `None`.
         host: Per-step host tensors concatenated over replicas and stacked
-            over steps (`[steps, global_batch, ...]`), or `None`.
+            over steps (`[steps, global_batch, ...]`; `host_concat` ones
+            concatenated over steps), or `None`.
         after: The non-scalar part of what `read_after()` returned, or `None`.
     """
 
@@ -96,6 +97,7 @@ def make_loop_function(
     around_run: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     output_spec: Any = None,
     host_spec: Any = None,
+    host_concat: Any = None,
     read_after: Callable[[], tuple[list, Any]] | None = None,
     replica_tail: Callable[[dict], dict] | None = None,
     require_rows: bool = False,
@@ -111,6 +113,9 @@ def make_loop_function(
             `replica_step(...)["outputs"]`, or `None` to collect nothing.
         host_spec: List of per-replica `tf.TensorSpec`s of
             `replica_step(...)["host"]`, kept step by step for the host, or `None`.
+        host_concat: For each of `host_spec`, whether its steps are
+            concatenated (values whose size varies by step) rather than
+            stacked; None stacks all.
         read_after: Called after the last step, in the same function; returns
             `(scalars, rest)`: the scalars are appended to
             `ExecutionResult.scalars` (one fetch for all), `rest` comes back as
@@ -151,7 +156,8 @@ def make_loop_function(
                 size=0,
                 dynamic_size=True,
                 infer_shape=False,
-                element_shape=tf.TensorShape([None]).concatenate(s.shape[1:]),
+                # Rows may vary by step (a scalar host tensor has none).
+                element_shape=tf.TensorShape([None]).concatenate(s.shape[1:]) if s.shape.rank else s.shape,
             ),
             spec,
         )
@@ -248,7 +254,7 @@ def make_loop_function(
             if not stack and spec.shape[1:].is_fully_defined():  # an empty array concatenates to [0, ...]
                 return array.concat()
             # An execution that found the input ended has nothing to stack.
-            empty = [0] * (1 + stack) + [d or 0 for d in spec.shape[1:]]
+            empty = [0] * stack + ([0] + [d or 0 for d in spec.shape[1:]] if spec.shape.rank else [])
             return tf.cond(
                 steps > 0,
                 lambda: array.stack() if stack else array.concat(),
@@ -261,9 +267,8 @@ def make_loop_function(
                 lambda array, spec: gathered(array, spec, False), arrays[0], output_spec
             )
         if host_spec is not None:
-            host = tf.nest.map_structure(
-                lambda array, spec: gathered(array, spec, True), arrays[1], host_spec
-            )
+            concat = host_concat or [False] * len(host_spec)
+            host = [gathered(array, spec, not joined) for array, spec, joined in zip(arrays[1], host_spec, concat, strict=True)]
         scalars = [steps, loss_sum, weight_sum, last_loss, empty_replica]
         after = None
         if read_after is not None:

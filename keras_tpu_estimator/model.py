@@ -284,6 +284,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             around_run=around_run,
             output_spec=self._runner.modes[mode].output_spec,
             host_spec=None if host_plan is None else host_plan.specs,
+            host_concat=None if host_plan is None else host_plan.concat,
             read_after=self._after_train_execution if mode == ModeKeys.TRAIN else None,
             replica_tail=(
                 self._runner.apply_keras_optimizer

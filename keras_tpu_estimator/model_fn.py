@@ -250,21 +250,11 @@ class ModelFnRunner:
                     self.metrics, pairs = StepMetrics.at_build(spec, self.use_tpu)
                     output_spec = self.metrics.output_spec(self.metrics.step_values(spec, pairs)[1])
                 spec = self.metrics.host_spec(spec)
-        # Unpadded EVAL and PREDICT batches (the CPU path) reach the host padded to
-        # the batch size with a mask, so every step's host tensors stack (`_host_values`);
-        # so do TRAIN's on the CPU path when their rows are dynamic (a partial last batch).
-        unpadded = mode != ModeKeys.TRAIN and mask_spec is None
-        dynamic_train = mode == ModeKeys.TRAIN and not self.use_tpu and record.batch.global_size is not None
-        rows = record.batch.global_size if unpadded or dynamic_train else None
+        # On the CPU path the host gets each step's tensors as model_fn made them (ragged
+        # when their shapes vary by step), as the original's CPU path passed them.
         record.host_plan = self.host.record(
-            mode, spec, self.local_replicas, padded=mask_spec is not None or unpadded or dynamic_train,
-            rows=rows, only_if_dynamic=dynamic_train,
+            mode, spec, self.local_replicas, padded=mask_spec is not None, ragged=not self.use_tpu
         )
-        if unpadded and rows is None and record.host_plan is not None and record.host_plan.specs:
-            raise ValueError(
-                "eval_metrics and host_call need a known batch size: the dataset's batch "
-                f"size is not static. Pass `batch_size` (or `{self.configured[mode].argument}`)."
-            )
         hooks = {
             ModeKeys.TRAIN: "training_hooks",
             ModeKeys.EVAL: "evaluation_hooks",
@@ -309,10 +299,10 @@ class ModelFnRunner:
             return tf.constant(float(first.shape[0]))
         return tf.cast(tf.shape(first)[0], tf.float32)
 
-    def _host_values(self, mode: str, spec: Any, mask: Any, features: Any = None) -> list:
+    def _host_values(self, mode: str, spec: Any, mask: Any) -> list:
         """What one step sends to the host, in the host plan's order (`host_plan.py`)."""
         plan = self.modes[mode].host_plan
-        return [] if plan is None else plan.device_values(spec, mask, features)
+        return [] if plan is None else plan.device_values(spec, mask)
 
     def _static(self, mode: str, data: Any) -> Any:
         """`data` with the static per-replica shapes of the build.
@@ -345,7 +335,7 @@ class ModelFnRunner:
             return {
                 "loss": loss,
                 "weight": self._rows(features),
-                "host": self._host_values(ModeKeys.TRAIN, spec, None, features),
+                "host": self._host_values(ModeKeys.TRAIN, spec, None),
                 "gradients": gradients,
             }
         step_variable = self.store.global_step.value
@@ -368,7 +358,7 @@ class ModelFnRunner:
         # Each replica fetches its own train_op (the step count reads replica 0's only).
         with tf.control_dependencies([train_op, *done]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
-            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None, features)]
+            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
         return {"loss": loss, "weight": self._rows(features), "host": host}
 
     def apply_keras_optimizer(self, result: dict) -> dict:
@@ -392,7 +382,7 @@ class ModelFnRunner:
             "loss": loss,
             "weight": self._rows(features) if mask is None else tf.reduce_sum(mask),
             "outputs": values or None,
-            "host": self._host_values(ModeKeys.EVAL, self.metrics.host_spec(spec), mask, features),
+            "host": self._host_values(ModeKeys.EVAL, self.metrics.host_spec(spec), mask),
         }
 
     def predict_step(self, data: Any) -> dict:
@@ -403,7 +393,7 @@ class ModelFnRunner:
             "loss": tf.constant(0.0),
             "weight": tf.constant(0.0),
             "outputs": self.modes[ModeKeys.PREDICT].predictions.device_outputs(spec.predictions, mask),
-            "host": self._host_values(ModeKeys.PREDICT, spec, mask, features),
+            "host": self._host_values(ModeKeys.PREDICT, spec, mask),
         }
 
     def built(self, mode: str) -> bool:
@@ -466,12 +456,12 @@ class ModelFnRunner:
         if isinstance(x, tf.data.Dataset):
             static = static_batch_size(x.element_spec)
             global_batch = global_batch if partial and global_batch else static or global_batch
-            if global_batch is None and not (partial and not pad):
+            if global_batch is None and self.use_tpu and not (partial and not pad):
                 raise ValueError(
                     f"The dataset's batch size is not static. Batch it with "
                     f"`drop_remainder=True`, or pass `{self.configured[mode].argument}`."
                 )
-            if global_batch is not None:
+            if global_batch is not None and self.use_tpu:
                 check_batch_rows(static, global_batch, partial, "The dataset")
             self._set_batch(mode, global_batch)
             if pad:
@@ -486,18 +476,21 @@ class ModelFnRunner:
                 "Input must be an `input_fn(params)`, a tf.data.Dataset or NumPy arrays. "
                 f"Received: {type(x).__name__}"
             )
-        if global_batch is None:
+        if global_batch is None and self.use_tpu:
             raise ValueError(
                 f"`{self.configured[mode].argument}` is needed to call an input_fn: it sets "
                 f"params['batch_size']. Pass it to EstimatorModel."
             )
+        # On the CPU path params['batch_size'] is advice, as in the original: without a
+        # batch size it is missing, and input_fn may batch as it likes.
         plan = self._set_batch(mode, global_batch)
         specs, elements = [], []
 
         def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
             params = self.params_for(mode, input_context, for_input_fn=True)
             dataset = call_input_fn(x, mode, params, self.config, input_context, self.use_tpu)
-            check_batch_rows(static_batch_size(dataset.element_spec), plan.per_replica, partial, "input_fn")
+            if self.use_tpu:
+                check_batch_rows(static_batch_size(dataset.element_spec), plan.per_replica, partial, "input_fn")
             if pad:
                 dataset = pad_batches(dataset, plan.per_replica, plan.replicas_per_pipeline(input_context))
             specs.append(dataset.element_spec)

@@ -201,6 +201,19 @@ def partial_train_batch_host_call(est: Any) -> dict:
         return programs.partial_train_batch_host_call_run(est, path)
 
 
+def cpu_host_tensors(est: Any) -> dict:
+    with model_dir() as path:
+        return programs.cpu_host_tensors_run(est, path)
+
+
+def advisory_batch_size(est: Any) -> dict:
+    result = {}
+    for name, batch_size in (("none", None), ("four", 4)):
+        with model_dir() as path:
+            result[name] = programs.advisory_batch_size_run(est, path, batch_size)
+    return result
+
+
 def init_from_checkpoint(est: Any) -> dict:
     with model_dir() as init_dir, model_dir() as path:
         program = programs.init_from_checkpoint_program(
@@ -435,6 +448,8 @@ CASES = {
     "REPEATED_INPUT": repeated_input,
     "BATCH_DEPENDENT_PREDICT": batch_dependent_predict,
     "PARTIAL_TRAIN_BATCH_HOST_CALL": partial_train_batch_host_call,
+    "CPU_HOST_TENSORS": cpu_host_tensors,
+    "ADVISORY_BATCH_SIZE": advisory_batch_size,
 }
 
 

@@ -652,6 +652,98 @@ def partial_train_batch_host_call_run(est: Any, model_dir: str) -> dict:
             "global_step": int(estimator.get_variable_value("global_step"))}
 
 
+def cpu_host_tensors_run(est: Any, model_dir: str) -> dict:
+    """`use_tpu=False`, K=3, 10 rows in batches of 4 (the last has 2): `host_call` tensors of any shape.
+
+    A scalar, the per-row output, both outputs flattened (`[2B]`) and the transposed features, in
+    train, evaluate and predict. Returns, per mode, each call's shapes and sums, and the results.
+    """
+    seen: list = []
+    x = np.arange(20, dtype=np.float32).reshape(10, 2)
+
+    def model_fn(features, labels, mode, params):
+        w = tf.compat.v1.get_variable("w", [2, 1], initializer=tf.compat.v1.constant_initializer(0.1))
+        out = tf.matmul(features, w)
+
+        def host_fn(scalar, rows, doubled, transposed):
+            def record(*values):
+                seen.append([mode, [list(v.shape) for v in values], [float(np.sum(v)) for v in values]])
+                return np.int64(0)
+
+            return tf.numpy_function(record, [scalar, rows, doubled, transposed], tf.int64)
+
+        doubled = tf.reshape(tf.concat([out, 2 * out], 0), [-1])
+        host_call = (host_fn, [tf.reduce_sum(out), out, doubled, tf.transpose(features)])
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": out}, host_call=host_call)
+        loss = tf.reduce_mean(tf.square(out - labels))
+        if mode == est.ModeKeys.EVAL:
+            return est.TPUEstimatorSpec(mode, loss=loss, host_call=host_call)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(
+            loss, tf.compat.v1.train.get_global_step()
+        )
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, host_call=host_call)
+
+    def input_fn(params):
+        return tf.data.Dataset.from_tensor_slices((x, x[:, :1] + x[:, 1:])).batch(params["batch_size"])
+
+    def predict_input_fn(params):
+        return tf.data.Dataset.from_tensor_slices(x).batch(params["batch_size"])
+
+    config = est.RunConfig(model_dir=model_dir, tpu_config=est.TPUConfig(iterations_per_loop=3))
+    estimator = est.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False,
+                                 train_batch_size=4, eval_batch_size=4, predict_batch_size=4)
+    estimator.train(input_fn)
+    evaluation = {k: float(v) for k, v in estimator.evaluate(input_fn).items()}
+    predictions = [float(p["y"][0]) for p in estimator.predict(predict_input_fn)]
+    return {"host_calls": seen, "evaluate": evaluation, "predictions": predictions}
+
+
+def advisory_batch_size_run(est: Any, model_dir: str, batch_size: int | None) -> dict:
+    """`use_tpu=False` with every batch size `batch_size` (None: not passed) and an input_fn that batches
+    10 rows by 8 whatever params say. Returns the params keys input_fn and model_fn saw, the batch
+    shapes model_fn traced, the weights after `train(steps=2)`, `evaluate()` and the predictions.
+    """
+    seen: dict = {"input_fn": [], "model_fn": []}
+    x = np.arange(20, dtype=np.float32).reshape(10, 2)
+
+    def model_fn(features, labels, mode, params):
+        seen["model_fn"].append([mode, sorted(params), params.get("batch_size"), features.shape.as_list()])
+        w = tf.compat.v1.get_variable("w", [2, 1], initializer=tf.compat.v1.zeros_initializer())
+        out = tf.matmul(features, w)
+        if mode == est.ModeKeys.PREDICT:
+            return est.TPUEstimatorSpec(mode, predictions={"y": out})
+        loss = tf.reduce_mean(tf.square(out - labels))
+        if mode == est.ModeKeys.EVAL:
+            return est.TPUEstimatorSpec(
+                mode, loss=loss, eval_metrics=(lambda y, o: {"mse": tf.compat.v1.metrics.mean_squared_error(y, o)},
+                                               [labels, out])
+            )
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(
+            loss, tf.compat.v1.train.get_global_step()
+        )
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn(params):
+        seen["input_fn"].append(sorted(params))
+        return tf.data.Dataset.from_tensor_slices((x, x[:, :1] + x[:, 1:])).batch(8)
+
+    def predict_input_fn(params):
+        return tf.data.Dataset.from_tensor_slices(x).batch(8)
+
+    config = est.RunConfig(model_dir=model_dir)
+    estimator = est.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False, train_batch_size=batch_size,
+                                 eval_batch_size=batch_size, predict_batch_size=batch_size)
+    estimator.train(input_fn, steps=2)
+    w = estimator.get_variable_value("w").ravel().tolist()
+    evaluation = {k: float(v) for k, v in estimator.evaluate(input_fn).items()}
+    predictions = [float(p["y"][0]) for p in estimator.predict(predict_input_fn)]
+    traced = [seen["model_fn"][i] for i in sorted({[m[0] for m in seen["model_fn"]].index(mode)
+                                                   for mode in ("train", "eval", "infer")})]
+    return {"input_fn_params": seen["input_fn"][:1], "model_fn": traced, "w": w, "evaluate": evaluation,
+            "predictions": predictions}
+
+
 # --- I: keras_in_model_fn -----------------------------------------------------------------------
 
 

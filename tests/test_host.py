@@ -685,32 +685,56 @@ def test_keras_metric_dicts_run_eagerly_per_step():
 
 
 def test_a_host_plan_writes_the_transfer_order_for_both_sides():
-    ids, loss = tf.constant([7, 8, 9], tf.int64), tf.constant([0.5])
-    spec = Spec(host_call=(lambda ids, loss: None, {"loss": loss, "ids": tf.TensorSpec([None], tf.int64)}),
-                eval_metrics=(lambda labels: {}, [tf.TensorSpec([None], tf.int64)]))
-    plan = kte_host_plan.HostPlan.from_spec("eval", spec, replicas=1, padded=True, rows=5)
+    """The strategy path: every step's tensors at the padded batch size, the mask last."""
+    ids, loss = tf.constant([7, 8, 9, 0, 0], tf.int64), tf.constant([0.5])
+    spec = Spec(host_call=(lambda ids, loss: None, {"loss": loss, "ids": tf.TensorSpec([5], tf.int64)}),
+                eval_metrics=(lambda labels: {}, [tf.TensorSpec([5], tf.int64)]))
+    plan = kte_host_plan.HostPlan.from_spec("eval", spec, replicas=1, padded=True)
     assert [s.shape.as_list() for s in plan.specs] == [[5], [1], [5], [5]]  # ids, loss, labels, mask
+    assert plan.concat == (False,) * 4
     assert plan.host_call.keys == ("ids", "loss") and plan.host_call.per_row == (True, False)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)])
-    def device_step(ids):  # an unpadded batch of 3 rows: padded to 5, a mask added
-        step = Spec(host_call=(None, {"loss": loss, "ids": ids}), eval_metrics=(None, [ids + 1]))
-        return plan.device_values(step, None, features={"x": tf.zeros([tf.shape(ids)[0], 2])})
-
-    values = device_step(ids)
     step = Spec(host_call=(None, {"loss": loss, "ids": ids}), eval_metrics=(None, [ids + 1]))
-    np.testing.assert_array_equal(values[0], [7, 8, 9, 0, 0])
-    np.testing.assert_array_equal(values[1], [0.5])
-    np.testing.assert_array_equal(values[2], [8, 9, 10, 0, 0])
-    np.testing.assert_array_equal(values[3], [1, 1, 1, 0, 0])
-    host_call, metrics, mask = plan.split([v.numpy() for v in values])
-    assert [len(host_call), len(metrics), mask.shape] == [2, 1, (5,)]
-    kept = kte_host_plan.drop_padding(host_call + metrics, mask)
+    mask = tf.constant([1.0, 1.0, 1.0, 0.0, 0.0])
+    values = plan.device_values(step, mask)
+    np.testing.assert_array_equal(values[2], [8, 9, 10, 1, 1])
+    np.testing.assert_array_equal(values[3], mask)
+    host_call, metrics, got_mask = plan.split([v.numpy() for v in values])
+    assert [len(host_call), len(metrics), got_mask.shape] == [2, 1, (5,)]
+    kept = kte_host_plan.drop_padding(host_call + metrics, got_mask)
     np.testing.assert_array_equal(kept[0], [7, 8, 9])
     np.testing.assert_array_equal(kept[1], [0.5])  # not one value per row: kept whole
     with pytest.raises(ValueError, match="eval_metrics when the model was built but None now"):
-        plan.device_values(step._replace(eval_metrics=None), tf.ones([5]))
+        plan.device_values(step._replace(eval_metrics=None), mask)
     assert kte_host_plan.HostPlan.from_spec("train", Spec(eval_metrics=spec.eval_metrics), 1, False) is None
+
+
+def test_a_ragged_host_plan_sends_each_steps_own_shapes():
+    """The CPU path: a tensor of unknown static shape travels flat with its shape; scalars are allowed."""
+    spec = Spec(host_call=(lambda ids, total, pairs: None,
+                           [tf.TensorSpec([None], tf.int64), tf.TensorSpec([], tf.float32),
+                            tf.TensorSpec([2, None], tf.float32)]))
+    plan = kte_host_plan.HostPlan.from_spec("train", spec, replicas=1, padded=False, ragged=True)
+    assert [s.shape.as_list() for s in plan.specs] == [[None], [1], [], [None], [2]]
+    assert plan.concat == (True, False, False, True, False)
+    assert plan.host_call.ragged == (True, False, True) and not plan.padded
+
+    steps = [  # two steps of different batch sizes, as a partial last batch makes
+        (np.array([7, 8, 9]), np.float32(1.5), np.arange(6, dtype=np.float32).reshape(2, 3)),
+        (np.array([4]), np.float32(2.5), np.array([[10.0], [11.0]], np.float32)),
+    ]
+    sent = [[v.numpy() for v in plan.device_values(Spec(host_call=(None, list(map(tf.constant, s)))), None)]
+            for s in steps]
+    # What the device loop hands over: flat values concatenated, everything else stacked.
+    arrays = [np.concatenate(parts) if joined else np.stack(parts)
+              for parts, joined in zip(zip(*sent, strict=True), plan.concat, strict=True)]
+    host_call, metrics, mask = plan.split(arrays)
+    assert metrics == [] and mask is None and len(host_call) == 3
+    for index, step in enumerate(steps):
+        for got, expected in zip((v[index] for v in host_call), step, strict=True):
+            np.testing.assert_array_equal(got, expected)
+    with pytest.raises(RuntimeError, match="should preserve batch size dimension"):  # the strategy path refuses scalars
+        kte_host_plan.HostPlan.from_spec("train", spec, replicas=1, padded=False)
 
 
 def step_recorder(seen, make_variable=False):

@@ -370,10 +370,46 @@ def test_cpu_path_predictions_that_depend_on_the_batch_are_the_originals(tmp_pat
 
 def test_host_call_in_training_on_a_partial_last_batch_is_the_originals(tmp_path):
     """use_tpu=False, 3 steps per execution, batches of 4, 4, 2: the last execution's steps differ in
-    rows. The host tensors could not be stacked (an InvalidArgumentError); they now travel padded with
-    a mask, and fn sees each step's real rows, as in the original.
+    rows. The host tensors could not be stacked (an InvalidArgumentError); they now travel ragged
+    (flat, with each step's shape), and fn sees each step's real rows, as in the original.
     """
     seen = programs.partial_train_batch_host_call_run(EST, str(tmp_path))
     expected = original.PARTIAL_TRAIN_BATCH_HOST_CALL
     assert seen["host_rows"] == expected["host_rows"] and seen["global_step"] == expected["global_step"]
     assert seen["w"] == pytest.approx(expected["w"], rel=1e-6)
+
+
+def _assert_nested_close(got, expected, rel=1e-5):
+    if isinstance(expected, dict):
+        assert sorted(got) == sorted(expected)
+        for key in expected:
+            _assert_nested_close(got[key], expected[key], rel)
+    elif isinstance(expected, list):
+        assert len(got) == len(expected), (got, expected)
+        for a, b in zip(got, expected, strict=True):
+            _assert_nested_close(a, b, rel)
+    elif isinstance(expected, float):
+        assert got == pytest.approx(expected, rel=rel, abs=1e-6)
+    else:
+        assert got == expected
+
+
+def test_host_call_tensors_of_any_shape_on_the_cpu_path_are_the_originals(tmp_path):
+    """use_tpu=False, K=3, batches of 4, 4, 2: a scalar, the rows, a `[2B]` and a transposed tensor reach
+    host_call as model_fn made them, in every mode (the original's CPU path called fn in the step's
+    graph). They were refused (the scalar) or failed to stack (the others, on the partial batch).
+    """
+    seen = programs.cpu_host_tensors_run(EST, str(tmp_path))
+    expected = original.CPU_HOST_TENSORS
+    _assert_nested_close(seen, expected)
+
+
+@pytest.mark.parametrize("batch_size", [None, 4], ids=["no_batch_size", "batch_size_4"])
+def test_the_batch_size_is_advice_on_the_cpu_path_as_in_the_original(batch_size, tmp_path):
+    """use_tpu=False: without batch sizes params has no 'batch_size' (the bridge refused to call
+    input_fn); with 4, an input_fn that batches by 8 trains, evaluates and predicts on its 8-row
+    batches (the bridge refused them). Weights, metrics and predictions are the original's.
+    """
+    seen = programs.advisory_batch_size_run(EST, str(tmp_path), batch_size)
+    expected = original.ADVISORY_BATCH_SIZE["none" if batch_size is None else "four"]
+    _assert_nested_close(seen, expected)
