@@ -236,11 +236,11 @@ class HostPlan:
             fn, keys, part_tensors = found[name]
             gathered = []
             for t in part_tensors:
-                shape = t.shape.as_list()
+                shape = t.shape.as_list() if t.shape.rank is not None else None
                 if shape:  # padded rows are dropped before the host sees them: any row count
                     shape[0] = None if padded or shape[0] is None else shape[0] * replicas
                 gathered.append(tf.TensorSpec(shape, t.dtype))
-            per_row = tuple(mask_rows is not None and t.shape[0] == mask_rows for t in part_tensors)
+            per_row = tuple(mask_rows is not None and bool(t.shape.rank) and t.shape[0] == mask_rows for t in part_tensors)
             is_ragged = tuple(ragged and not t.shape.is_fully_defined() for t in part_tensors)
             return HostPart(name, fn, None if keys is None else tuple(keys), tuple(gathered), per_row, is_ragged)
 

@@ -82,6 +82,15 @@ def call_input_fn(
         ) from error
 
 
+def batch_tensor(data: Any) -> Any:
+    """The first tensor of `data` with a batch dimension (rank >= 1), or None (all scalars).
+
+    Its leading dimension is the batch's rows; a per-batch scalar among the
+    features (a flag, a scale) has none.
+    """
+    return next((t for t in tf.nest.flatten(data) if t.shape.rank != 0), None)
+
+
 def static_batch_size(element_spec: Any) -> int | None:
     """The static leading dimension shared by all tensors of a dataset element, or None."""
     sizes = {

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.fetches import run_fetched
+from keras_tpu_estimator.inputs import batch_tensor
 
 ReplicaStep = Callable[[Any], dict]
 """Runs in replica context on one batch; returns `{"loss", "weight", "outputs", "host"}`.
@@ -85,7 +86,9 @@ def _concat_replicas(strategy: tf.distribute.Strategy, value: Any) -> tf.Tensor:
 
 def _every_replica_has_rows(strategy: tf.distribute.Strategy, data: Any) -> tf.Tensor:
     """True when each local replica's part of `data` has at least one row."""
-    first = tf.nest.flatten(data)[0]
+    first = batch_tensor(data)
+    if first is None:  # scalars only: nothing to split
+        return tf.constant(True)
     rows = [tf.shape(part)[0] for part in strategy.experimental_local_results(first)]
     return tf.reduce_all(tf.stack(rows) > 0)
 

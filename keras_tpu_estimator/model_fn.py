@@ -45,6 +45,7 @@ from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.host_plan import HostPlan
 from keras_tpu_estimator.inputs import (
     array_dataset,
+    batch_tensor,
     call_input_fn,
     check_batch_rows,
     per_replica_spec,
@@ -294,7 +295,9 @@ class ModelFnRunner:
     @staticmethod
     def _rows(features: Any) -> tf.Tensor:
         """The batch's rows as a float32 scalar: a constant when the batch is static (the loop then skips weighting)."""
-        first = tf.nest.flatten(features)[0]
+        first = batch_tensor(features)
+        if first is None:  # scalar features only: one example
+            return tf.constant(1.0)
         if first.shape.rank and first.shape[0] is not None:
             return tf.constant(float(first.shape[0]))
         return tf.cast(tf.shape(first)[0], tf.float32)

@@ -655,25 +655,27 @@ def partial_train_batch_host_call_run(est: Any, model_dir: str) -> dict:
 def cpu_host_tensors_run(est: Any, model_dir: str) -> dict:
     """`use_tpu=False`, K=3, 10 rows in batches of 4 (the last has 2): `host_call` tensors of any shape.
 
-    A scalar, the per-row output, both outputs flattened (`[2B]`) and the transposed features, in
-    train, evaluate and predict. Returns, per mode, each call's shapes and sums, and the results.
+    A scalar, the per-row output, both outputs flattened (`[2B]`), the transposed features and a
+    tensor of unknown rank, in train, evaluate and predict; the features are a dict whose first key
+    is a per-batch scalar. Returns, per mode, each call's shapes and sums, and the results.
     """
     seen: list = []
     x = np.arange(20, dtype=np.float32).reshape(10, 2)
 
     def model_fn(features, labels, mode, params):
         w = tf.compat.v1.get_variable("w", [2, 1], initializer=tf.compat.v1.constant_initializer(0.1))
-        out = tf.matmul(features, w)
+        out = tf.matmul(features["x"], w) * features["a_scale"]
 
-        def host_fn(scalar, rows, doubled, transposed):
+        def host_fn(scalar, rows, doubled, transposed, unknown_rank):
             def record(*values):
                 seen.append([mode, [list(v.shape) for v in values], [float(np.sum(v)) for v in values]])
                 return np.int64(0)
 
-            return tf.numpy_function(record, [scalar, rows, doubled, transposed], tf.int64)
+            return tf.numpy_function(record, [scalar, rows, doubled, transposed, unknown_rank], tf.int64)
 
         doubled = tf.reshape(tf.concat([out, 2 * out], 0), [-1])
-        host_call = (host_fn, [tf.reduce_sum(out), out, doubled, tf.transpose(features)])
+        unknown_rank = tf.numpy_function(lambda a: a[:, 0] * 10, [out], tf.float32)
+        host_call = (host_fn, [tf.reduce_sum(out), out, doubled, tf.transpose(features["x"]), unknown_rank])
         if mode == est.ModeKeys.PREDICT:
             return est.TPUEstimatorSpec(mode, predictions={"y": out}, host_call=host_call)
         loss = tf.reduce_mean(tf.square(out - labels))
@@ -685,10 +687,12 @@ def cpu_host_tensors_run(est: Any, model_dir: str) -> dict:
         return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, host_call=host_call)
 
     def input_fn(params):
-        return tf.data.Dataset.from_tensor_slices((x, x[:, :1] + x[:, 1:])).batch(params["batch_size"])
+        dataset = tf.data.Dataset.from_tensor_slices((x, x[:, :1] + x[:, 1:])).batch(params["batch_size"])
+        return dataset.map(lambda f, y: ({"a_scale": tf.constant(2.0), "x": f}, y))
 
     def predict_input_fn(params):
-        return tf.data.Dataset.from_tensor_slices(x).batch(params["batch_size"])
+        dataset = tf.data.Dataset.from_tensor_slices(x).batch(params["batch_size"])
+        return dataset.map(lambda f: {"a_scale": tf.constant(2.0), "x": f})
 
     config = est.RunConfig(model_dir=model_dir, tpu_config=est.TPUConfig(iterations_per_loop=3))
     estimator = est.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False,

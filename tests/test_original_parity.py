@@ -395,9 +395,11 @@ def _assert_nested_close(got, expected, rel=1e-5):
 
 
 def test_host_call_tensors_of_any_shape_on_the_cpu_path_are_the_originals(tmp_path):
-    """use_tpu=False, K=3, batches of 4, 4, 2: a scalar, the rows, a `[2B]` and a transposed tensor reach
-    host_call as model_fn made them, in every mode (the original's CPU path called fn in the step's
-    graph). They were refused (the scalar) or failed to stack (the others, on the partial batch).
+    """use_tpu=False, K=3, batches of 4, 4, 2: a scalar, the rows, a `[2B]`, a transposed tensor and one
+    of unknown rank reach host_call as model_fn made them, in every mode (the original's CPU path
+    called fn in the step's graph), with a per-batch scalar first among the features. They were
+    refused (the scalar), failed to stack (the others, on the partial batch) or to build (the
+    unknown rank; the scalar feature, taken for the batch's rows).
     """
     seen = programs.cpu_host_tensors_run(EST, str(tmp_path))
     expected = original.CPU_HOST_TENSORS
