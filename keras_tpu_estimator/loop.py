@@ -86,10 +86,12 @@ def _concat_replicas(strategy: tf.distribute.Strategy, value: Any) -> tf.Tensor:
 
 def _every_replica_has_rows(strategy: tf.distribute.Strategy, data: Any) -> tf.Tensor:
     """True when each local replica's part of `data` has at least one row."""
-    first = batch_tensor(data)
+    # The replicas' parts of the first tensor with a batch dimension (a per-batch scalar has none).
+    local = [strategy.experimental_local_results(t) for t in tf.nest.flatten(data)]
+    first = next((parts for parts in local if batch_tensor(parts[0]) is not None), None)
     if first is None:  # scalars only: nothing to split
         return tf.constant(True)
-    rows = [tf.shape(part)[0] for part in strategy.experimental_local_results(first)]
+    rows = [tf.shape(part)[0] for part in first]
     return tf.reduce_all(tf.stack(rows) > 0)
 
 

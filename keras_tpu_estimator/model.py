@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -219,6 +219,26 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         `host_call` / `eval_metrics` cannot run afterwards.
         """
         self._runner.host.close()
+
+    def select_predictions(self, keys: Sequence[str] | str | None) -> None:
+        """Computes only the predictions under `keys` (None: all) in this model's prediction steps.
+
+        What `TPUEstimator.predict(predict_keys=...)` does on the CPU path: TF1
+        fetched only those, so the others never ran. Call it before the first
+        prediction (the step is built with the selection).
+
+        Example:
+
+        ```python
+        model.select_predictions(["class"])
+        model.predict(predict_input_fn)   # {"class": ...}; "probabilities" is not computed
+        ```
+        """
+        selected = None if not keys else keys if isinstance(keys, str) else tuple(keys)
+        record = self._runner.modes.get(ModeKeys.PREDICT)
+        if record is not None and record.built and selected != self._runner.predict_keys:
+            raise ValueError("select_predictions must be called before the model's first prediction.")
+        self._runner.predict_keys = selected
 
     def call_model_fn(self, features: Any, labels: Any, mode: str, mask: Any = None) -> Any:
         """Calls `model_fn` as the model's steps do (inside a trace); returns the checked spec."""

@@ -58,7 +58,7 @@ from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.metric_ops import StepMetrics
 from keras_tpu_estimator.optimizer_view import train_op_optimizer
 from keras_tpu_estimator.padding import mask_scope, pad_batches, unpack
-from keras_tpu_estimator.predictions import PredictionPlan
+from keras_tpu_estimator.predictions import PredictionPlan, select_keys
 from keras_tpu_estimator.spec import (
     ModeKeys,
     ModelFn,
@@ -162,6 +162,7 @@ class ModelFnRunner:
         self.uses_keras_optimizer = False
         self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
         self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (metric_ops.py)
+        self.predict_keys: tuple[str, ...] | str | None = None  # the only predictions PREDICT computes
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""
@@ -201,6 +202,8 @@ class ModelFnRunner:
         if record.built:
             return
         features_spec, labels_spec, mask_spec = unpack(element_spec)
+        if mode == ModeKeys.PREDICT and not self.use_tpu:
+            labels_spec = None  # the original's CPU path predicted as an Estimator: labels None
         if _compat.is_tpu_strategy(self.strategy):
             for name, spec in (("features", features_spec), ("labels", labels_spec)):
                 for tensor_spec in tf.nest.flatten(spec):
@@ -244,7 +247,9 @@ class ModelFnRunner:
                 )
             output_spec = None
             if mode == ModeKeys.PREDICT:
-                record.predictions = PredictionPlan.at_build(spec.predictions, mask_spec)
+                record.predictions = PredictionPlan.at_build(
+                    select_keys(spec.predictions, self.predict_keys), mask_spec
+                )
                 output_spec = record.predictions.output_spec(mask_spec)
             if mode == ModeKeys.EVAL:
                 with self.store.scope():
@@ -391,11 +396,15 @@ class ModelFnRunner:
     def predict_step(self, data: Any) -> dict:
         """One replica's prediction step: its predictions (`PredictionPlan`), and host tensors."""
         features, labels, mask = unpack(self._static(ModeKeys.PREDICT, data))
+        if not self.use_tpu:  # as the original's CPU path (Estimator.predict): no labels
+            labels = None
         spec = self.call_model_fn(features, labels, ModeKeys.PREDICT, mask)
+        # Only the selected predictions are fetched: the others do not run (TF1).
+        predictions = select_keys(spec.predictions, self.predict_keys)
         return {
             "loss": tf.constant(0.0),
             "weight": tf.constant(0.0),
-            "outputs": self.modes[ModeKeys.PREDICT].predictions.device_outputs(spec.predictions, mask),
+            "outputs": self.modes[ModeKeys.PREDICT].predictions.device_outputs(predictions, mask),
             "host": self._host_values(ModeKeys.PREDICT, spec, mask),
         }
 

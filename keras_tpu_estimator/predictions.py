@@ -16,6 +16,7 @@ Two forms, chosen per build by `PredictionPlan.at_build`:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -61,14 +62,46 @@ def _check_static_batch(items: list[tuple[str, Any]], rows: int) -> None:
             )
 
 
+def select_keys(predictions: Any, predict_keys: Sequence[str] | str | None) -> Any:
+    """The predictions whose key is in `predict_keys` (all when it is empty), as the original chose.
+
+    Example:
+
+    ```python
+    select_keys({"class": c, "probabilities": p}, ["class"])   # {"class": c}
+    ```
+    """
+    if not predict_keys:
+        return predictions
+    if not isinstance(predictions, dict):
+        raise ValueError("predict_keys argument is not valid in case of non-dict predictions.")
+    selected = {key: value for key, value in predictions.items() if key in predict_keys}
+    if not selected:
+        raise ValueError(
+            f"Expected to run at least one output from {predictions.keys()}, provided {predict_keys}."
+        )
+    return selected
+
+
 def batch_length(batch: dict) -> int:
     """The rows of one batch of predictions, checked as `Estimator.predict` checked them.
 
     Every prediction's first dimension must be the same: the original's
     `ValueError` otherwise, and its `IndexError` for a prediction without one.
     """
+    if not batch:  # the original's range(None)
+        raise TypeError(
+            "'NoneType' object cannot be interpreted as an integer: the predictions dict is empty, "
+            "so it has no examples to yield. Return at least one prediction."
+        )
     length = None
     for key, value in batch.items():
+        if not hasattr(value, "shape"):  # a string scalar comes back as bytes
+            raise AttributeError(
+                f"'{type(value).__name__}' object has no attribute 'shape': the prediction {key!r} "
+                "has no batch dimension, so it cannot be split into examples. Return batch-major "
+                "predictions, or pass yield_single_examples=False."
+            )
         if np.ndim(value) == 0:
             raise IndexError(
                 f"tuple index out of range: the prediction {key!r} has no batch dimension (shape "
@@ -80,7 +113,7 @@ def batch_length(batch: dict) -> int:
             raise ValueError(
                 f"Batch length of predictions should be same. {key} has different batch length than others."
             )
-    return length or 0
+    return length
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +173,7 @@ class PredictionPlan:
             predictions, mask = outputs
             keep = mask > 0.5
             return [_real_rows(predictions, keep, slice(i * rows, (i + 1) * rows)) for i in range(first, count)]
-        leaves = [[values[a:b].reshape(shape) for a, b, shape in cuts[first:]] for values, cuts in _leaf_cuts(outputs, count)]
+        leaves = [[_step_value(values[a:b], shape) for a, b, shape in cuts[first:]] for values, cuts in _leaf_cuts(outputs, count)]
         if not leaves:  # no predictions at all: an empty structure per step
             return [tf.nest.pack_sequence_as(self.specs, [])] * (count - first)
         return [tf.nest.pack_sequence_as(self.specs, list(step)) for step in zip(*leaves, strict=True)]
@@ -203,6 +236,12 @@ def _leaf_cuts(outputs: Any, count: int) -> list[tuple[np.ndarray, list[tuple[in
         starts = [0, *sizes[:-1]]
         result.append((values, list(zip(starts, sizes, step_shapes, strict=True))[:count]))
     return result
+
+
+def _step_value(values: np.ndarray, shape: tuple) -> Any:
+    """One step's prediction from its flat values; a scalar as NumPy scalar (or bytes), as session.run returned it."""
+    value = values.reshape(shape)
+    return value[()] if not shape else value
 
 
 def _check_joinable(name: str, shapes: list[tuple]) -> None:

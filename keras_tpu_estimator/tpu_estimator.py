@@ -44,7 +44,7 @@ from keras_tpu_estimator.inference import BatchConfig, inference_on_tpu, model_f
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.model_dir import check_model_dir, checkpoints_newest_first
-from keras_tpu_estimator.predictions import batch_length
+from keras_tpu_estimator.predictions import batch_length, select_keys
 from keras_tpu_estimator.restore import RestoreOrWarmStart
 from keras_tpu_estimator.spec import (
     InputFn,
@@ -399,10 +399,12 @@ class TPUEstimator:
         self._check_sliced(self._use_tpu)
         checkpoints = self._checkpoint_or_initialization(checkpoint_path, "predict")
         model = self._model(self._use_tpu)
+        if not self._use_tpu:  # TF1 fetched only these (the original's TPU path computed all)
+            model.select_predictions(predict_keys)
         callbacks = [RestoreOrWarmStart(checkpoints, self._warm_start), *hooks]
         try:  # a generator closed early (or collected) releases the host too
             for batch in model.predict_batches(input_fn, callbacks=callbacks, verbose=0):
-                batch = _select_keys(batch, predict_keys)
+                batch = select_keys(batch, predict_keys)
                 if not yield_single_examples:
                     yield batch
                 elif not isinstance(batch, dict):
@@ -469,20 +471,6 @@ class TPUEstimator:
         return os.fsencode(path)  # the original returned bytes, whatever the base
 
     export_savedmodel = export_saved_model
-
-
-def _select_keys(predictions: Any, predict_keys: Sequence[str] | str | None) -> Any:
-    """The predictions whose key is in `predict_keys` (all when it is empty), as the original chose."""
-    if not predict_keys:
-        return predictions
-    if not isinstance(predictions, dict):
-        raise ValueError("predict_keys argument is not valid in case of non-dict predictions.")
-    selected = {key: value for key, value in predictions.items() if key in predict_keys}
-    if not selected:
-        raise ValueError(
-            f"Expected to run at least one output from {predictions.keys()}, provided {predict_keys}."
-        )
-    return selected
 
 
 def _newest_step(checkpoints: list[str]) -> int:

@@ -206,6 +206,11 @@ def cpu_host_tensors(est: Any) -> dict:
         return programs.cpu_host_tensors_run(est, path)
 
 
+def cpu_predict_details(est: Any) -> dict:
+    with model_dir() as path:
+        return programs.cpu_predict_details_run(est, path)
+
+
 def advisory_batch_size(est: Any) -> dict:
     result = {}
     for name, batch_size in (("none", None), ("four", 4)):
@@ -450,6 +455,7 @@ CASES = {
     "PARTIAL_TRAIN_BATCH_HOST_CALL": partial_train_batch_host_call,
     "CPU_HOST_TENSORS": cpu_host_tensors,
     "ADVISORY_BATCH_SIZE": advisory_batch_size,
+    "CPU_PREDICT_DETAILS": cpu_predict_details,
 }
 
 

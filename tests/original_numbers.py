@@ -964,3 +964,12 @@ ADVISORY_BATCH_SIZE = {
     },
 }
 
+CPU_PREDICT_DETAILS = {
+    "labels_none": [True],
+    "scalars": [
+        [["bytes", "6.000000"], ["float32", 6.0]],
+        [["bytes", "9.000000"], ["float32", 9.0]],
+    ],
+    "selected": [["y", 0.0], ["y", 1.0], ["y", 2.0], ["y", 3.0], ["y", 4.0], ["y", 5.0]],
+}
+

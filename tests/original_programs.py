@@ -748,6 +748,39 @@ def advisory_batch_size_run(est: Any, model_dir: str, batch_size: int | None) ->
             "predictions": predictions}
 
 
+def cpu_predict_details_run(est: Any, model_dir: str) -> dict:
+    """`predict` with `use_tpu=False` on 6 rows of (features, labels) in batches of 4.
+
+    Records whether model_fn got labels in PREDICT; predicts with `predict_keys=["y"]` where the
+    other prediction fails if it runs; then per-batch scalar predictions (a float and a string) with
+    `yield_single_examples=False`, as the Python types and values they come back as.
+    """
+    seen: list = []
+    x = np.arange(6, dtype=np.float32).reshape(6, 1)
+
+    def model_fn(features, labels, mode, params):
+        seen.append(labels is None)
+        w = tf.compat.v1.get_variable("w", [1, 1], initializer=tf.compat.v1.ones_initializer())
+        y = tf.matmul(features["x"], w)
+        failing = tf.numpy_function(lambda v: np.float32(1 / 0), [y], tf.float32)  # ZeroDivisionError
+        total = tf.reduce_sum(y)
+        predictions = {"y": y, "failing": failing, "total": total, "label": tf.strings.as_string(total)}
+        return est.TPUEstimatorSpec(mode, predictions=predictions)
+
+    def input_fn(params):
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, 2 * x)).batch(params["batch_size"])
+
+    config = est.RunConfig(model_dir=model_dir)
+    estimator = est.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False, predict_batch_size=4)
+    selected = [sorted(p) + [float(p["y"][0])] for p in estimator.predict(input_fn, predict_keys=["y"])]
+    scalars = [
+        [[type(p[key]).__name__, p[key].decode() if isinstance(p[key], bytes) else float(p[key])]
+         for key in ("label", "total")]
+        for p in estimator.predict(input_fn, predict_keys=["total", "label"], yield_single_examples=False)
+    ]
+    return {"labels_none": sorted(set(seen)), "selected": selected, "scalars": scalars}
+
+
 # --- I: keras_in_model_fn -----------------------------------------------------------------------
 
 

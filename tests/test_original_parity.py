@@ -406,6 +406,15 @@ def test_host_call_tensors_of_any_shape_on_the_cpu_path_are_the_originals(tmp_pa
     _assert_nested_close(seen, expected)
 
 
+def test_cpu_path_prediction_details_are_the_originals(tmp_path):
+    """use_tpu=False predicts as an Estimator: model_fn gets no labels (it got the dataset's), only the
+    `predict_keys` predictions run (another one that fails when run failed the call), and a per-batch
+    scalar comes back as a NumPy scalar or `bytes` (it came back as a 0-d array).
+    """
+    seen = programs.cpu_predict_details_run(EST, str(tmp_path))
+    assert seen == original.CPU_PREDICT_DETAILS
+
+
 @pytest.mark.parametrize("batch_size", [None, 4], ids=["no_batch_size", "batch_size_4"])
 def test_the_batch_size_is_advice_on_the_cpu_path_as_in_the_original(batch_size, tmp_path):
     """use_tpu=False: without batch sizes params has no 'batch_size' (the bridge refused to call

@@ -139,3 +139,22 @@ def test_host_call_in_predict_sees_each_batch_as_the_input_made_it():
     out = model.predict(lambda params: tf.data.Dataset.from_tensor_slices({"x": X}).batch(8), verbose=0)
     assert seen == [8, len(X) - 8]
     np.testing.assert_array_equal(out["y"], X)
+
+
+def test_select_predictions_computes_only_the_selected_keys():
+    ran = []
+
+    def watched(f):
+        counted = tf.numpy_function(lambda v: ran.append(len(v)) or v, [f], tf.float32)
+        return {"y": f, "watched": tf.ensure_shape(counted, f.shape)}
+
+    model = cpu_model(watched)
+    model.select_predictions(["y"])
+    out = model.predict(input_fn, verbose=0)
+    assert sorted(out) == ["y"] and ran == []  # the unselected prediction never ran
+    np.testing.assert_array_equal(out["y"], X)
+    model.select_predictions(("y",))  # the same selection: allowed after the build
+    with pytest.raises(ValueError, match="before the model's first prediction"):
+        model.select_predictions(None)
+    everything = cpu_model(watched)
+    assert sorted(everything.predict(input_fn, verbose=0)) == ["watched", "y"] and ran == [4, 4, 2]
