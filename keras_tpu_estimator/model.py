@@ -234,7 +234,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         model.predict(predict_input_fn)   # {"class": ...}; "probabilities" is not computed
         ```
         """
-        selected = None if not keys else keys if isinstance(keys, str) else tuple(keys)
+        selected = keys or None  # as given: the original's errors show it
         record = self._runner.modes.get(ModeKeys.PREDICT)
         if record is not None and record.built and selected != self._runner.predict_keys:
             raise ValueError("select_predictions must be called before the model's first prediction.")

@@ -25,6 +25,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -162,7 +163,7 @@ class ModelFnRunner:
         self.uses_keras_optimizer = False
         self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
         self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (metric_ops.py)
-        self.predict_keys: tuple[str, ...] | str | None = None  # the only predictions PREDICT computes
+        self.predict_keys: Sequence[str] | str | None = None  # the only predictions PREDICT computes
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""

@@ -153,7 +153,7 @@ def test_select_predictions_computes_only_the_selected_keys():
     out = model.predict(input_fn, verbose=0)
     assert sorted(out) == ["y"] and ran == []  # the unselected prediction never ran
     np.testing.assert_array_equal(out["y"], X)
-    model.select_predictions(("y",))  # the same selection: allowed after the build
+    model.select_predictions(["y"])  # the same selection: allowed after the build
     with pytest.raises(ValueError, match="before the model's first prediction"):
         model.select_predictions(None)
     everything = cpu_model(watched)
