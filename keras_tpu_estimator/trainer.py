@@ -298,16 +298,18 @@ class EstimatorTrainer:
             callbacks.on_test_begin()
             done, loss_sum, weight_sum, last_outputs = 0, 0.0, 0.0, None
             iterator = iter(dataset)
-            for execution in self._driver.executions(
-                ModeKeys.EVAL, function, iterator, callbacks, steps=steps,
-                input_steps=self._runner.modes[ModeKeys.EVAL].input_steps,
-            ):
-                done += execution.steps
-                last_outputs = execution.outputs  # the in-step metrics' values, stacked over steps
-                loss_sum, weight_sum = loss_sum + execution.loss_sum, weight_sum + execution.weight_sum
-                logs["loss"] = loss_sum / max(weight_sum, 1e-12)
-                execution.logs = dict(logs)
-            self._driver.forget_iterator(iterator)
+            try:
+                for execution in self._driver.executions(
+                    ModeKeys.EVAL, function, iterator, callbacks, steps=steps,
+                    input_steps=self._runner.modes[ModeKeys.EVAL].input_steps,
+                ):
+                    done += execution.steps
+                    last_outputs = execution.outputs  # the in-step metrics' values, stacked over steps
+                    loss_sum, weight_sum = loss_sum + execution.loss_sum, weight_sum + execution.weight_sum
+                    logs["loss"] = loss_sum / max(weight_sum, 1e-12)
+                    execution.logs = dict(logs)
+            finally:  # the cached call holds the iterator: release it, also on an error
+                self._driver.forget_iterator(iterator)
             if done == 0:
                 raise ValueError("evaluate() ran no steps: the input is empty.")
             metrics = self._runner.host.metric_results()
@@ -356,20 +358,22 @@ class EstimatorTrainer:
         callbacks.on_predict_begin()
         with self._runner.host.running(ModeKeys.PREDICT):
             iterator = iter(dataset)
-            for execution in self._driver.executions(
-                ModeKeys.PREDICT, function, iterator, callbacks, steps=steps,
-                input_steps=self._runner.modes[ModeKeys.PREDICT].input_steps,
-            ):
-                outputs = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
-                if by_step:
-                    batches = plan.steps(outputs, execution.steps, rows)
-                    yield from batches
-                    batch = batches[-1]
-                else:  # one selection per output for the whole execution
-                    yield plan.rows_of(outputs, execution.steps)
-                    batch = plan.steps(outputs, execution.steps, rows, first=execution.steps - 1)[0]
-                execution.logs = {"outputs": batch}
-            self._driver.forget_iterator(iterator)
+            try:
+                for execution in self._driver.executions(
+                    ModeKeys.PREDICT, function, iterator, callbacks, steps=steps,
+                    input_steps=self._runner.modes[ModeKeys.PREDICT].input_steps,
+                ):
+                    outputs = tf.nest.map_structure(lambda t: t.numpy(), execution.outputs)
+                    if by_step:
+                        batches = plan.steps(outputs, execution.steps, rows)
+                        yield from batches
+                        batch = batches[-1]
+                    else:  # one selection per output for the whole execution
+                        yield plan.rows_of(outputs, execution.steps)
+                        batch = plan.steps(outputs, execution.steps, rows, first=execution.steps - 1)[0]
+                    execution.logs = {"outputs": batch}
+            finally:  # also when the caller stops early (the generator is closed)
+                self._driver.forget_iterator(iterator)
         callbacks.on_predict_end()
 
     def predict(

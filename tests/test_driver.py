@@ -293,3 +293,21 @@ def test_a_repeated_input_that_cannot_start_again_raises_instead_of_losing_steps
     model = models.make_model(k=4, seed=5)
     with pytest.raises(RuntimeError, match="The input ended although tf.data says it repeats forever"):
         model.fit(input_fn, verbose=0)
+
+
+class FailAtBatch(keras.callbacks.Callback):
+    def on_test_batch_end(self, batch, logs=None):
+        raise RuntimeError("stop here")
+
+
+def test_evaluate_and_predict_release_the_iterator_when_they_end_early():
+    """The driver's cached call holds the iterator: an error or a closed prediction generator releases it."""
+    model = models.make_model(k=2)
+    with pytest.raises(RuntimeError, match="stop here"):
+        model.evaluate(finite_input(5, known=True), callbacks=[FailAtBatch()], verbose=0)
+    assert model._driver._concrete is None and model._driver._input_left == {}
+    batches = model.predict_batches(lambda params: finite_input(4, known=True)(params).map(lambda f, _: f), verbose=0)
+    next(batches)
+    assert model._driver._concrete is not None
+    batches.close()
+    assert model._driver._concrete is None and model._driver._input_left == {}
