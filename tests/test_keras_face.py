@@ -25,6 +25,7 @@ def run_backup_script(backup_dir, out_dir, *kill_after_epoch):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_backup_and_restore_after_sigkill_resumes_the_epoch_and_the_step(tmp_path):
     straight = run_backup_script(tmp_path / "straight_backup", tmp_path)
     assert straight.returncode == 0, straight.stderr[-3000:]

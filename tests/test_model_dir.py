@@ -185,6 +185,7 @@ def temporary_names(model_dir):
     return [n for n in os.listdir(model_dir) if "_temp" in n or "tempstate" in n or n.startswith("checkpoint.tmp")]
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_save_leaves_temporary_files_that_the_restart_removes(tmp_path):
     model_dir = tmp_path / "model"
     for _attempt in range(3):  # the kill must land inside a save: retry if the save won the race
@@ -206,6 +207,7 @@ def test_sigkill_during_a_save_leaves_temporary_files_that_the_restart_removes(t
     assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"model.ckpt-{killed_at + 4}")
 
 
+@pytest.mark.slow
 def test_a_second_trainer_fails_fast_and_takes_over_after_the_first_is_killed(tmp_path, caplog):
     model_dir = tmp_path / "model"
     first = start_trainer(model_dir, 400, 0.2, 1)
