@@ -248,9 +248,7 @@ class ModelFnRunner:
                 )
             output_spec = None
             if mode == ModeKeys.PREDICT:
-                record.predictions = PredictionPlan.at_build(
-                    select_keys(spec.predictions, self.predict_keys), mask_spec
-                )
+                record.predictions = PredictionPlan.at_build(spec.predictions, mask_spec, self.predict_keys)
                 output_spec = record.predictions.output_spec(mask_spec)
             if mode == ModeKeys.EVAL:
                 with self.store.scope():
@@ -298,11 +296,15 @@ class ModelFnRunner:
         return train_op_optimizer(self._owner.optimizer, self.keras_optimizers, self.store.global_step)
 
     # ---------------------------------------------------------------- steps
-    @staticmethod
-    def _rows(features: Any) -> tf.Tensor:
-        """The batch's rows as a float32 scalar: a constant when the batch is static (the loop then skips weighting)."""
-        first = batch_tensor(features)
-        if first is None:  # scalar features only: one example
+    def _weight(self, features: Any) -> tf.Tensor:
+        """How much an unpadded step's loss counts, as a float32 scalar (a constant: the loop skips weighting).
+
+        On the CPU path every step counts once, as the original averaged its
+        batches' losses; on the strategy path a replica's loss counts by its
+        rows (the first feature with a batch dimension).
+        """
+        first = batch_tensor(features) if self.use_tpu else None
+        if first is None:  # the CPU path, or scalar features only: one example
             return tf.constant(1.0)
         if first.shape.rank and first.shape[0] is not None:
             return tf.constant(float(first.shape[0]))
@@ -343,7 +345,7 @@ class ModelFnRunner:
             gradients = tape.gradient(scaled, [v.value for v in variables])
             return {
                 "loss": loss,
-                "weight": self._rows(features),
+                "weight": self._weight(features),
                 "host": self._host_values(ModeKeys.TRAIN, spec, None),
                 "gradients": gradients,
             }
@@ -368,7 +370,7 @@ class ModelFnRunner:
         with tf.control_dependencies([train_op, *done]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
             host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
-        return {"loss": loss, "weight": self._rows(features), "host": host}
+        return {"loss": loss, "weight": self._weight(features), "host": host}
 
     def apply_keras_optimizer(self, result: dict) -> dict:
         """After a Keras-optimizer train step: applies its gradients, then counts the step."""
@@ -389,7 +391,7 @@ class ModelFnRunner:
             loss = tf.cast(tf.identity(spec.loss), tf.float32)
         return {
             "loss": loss,
-            "weight": self._rows(features) if mask is None else tf.reduce_sum(mask),
+            "weight": self._weight(features) if mask is None else tf.reduce_sum(mask),
             "outputs": values or None,
             "host": self._host_values(ModeKeys.EVAL, self.metrics.host_spec(spec), mask),
         }

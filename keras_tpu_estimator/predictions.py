@@ -138,8 +138,15 @@ class PredictionPlan:
     padded: bool
 
     @classmethod
-    def at_build(cls, predictions: Any, mask_spec: tf.TensorSpec | None) -> PredictionPlan:
-        """Checks `predictions` (traced at build); padded when the batch carries a mask."""
+    def at_build(
+        cls, predictions: Any, mask_spec: tf.TensorSpec | None, keys: Sequence[str] | str | None = None
+    ) -> PredictionPlan:
+        """Checks `predictions` (traced at build); padded when the batch carries a mask.
+
+        `keys`: only these travel (`select_keys`); all are checked, as the Estimator checked them.
+        """
+        _check_types(predictions)
+        predictions = select_keys(predictions, keys)
         items = _check_types(predictions)
         if mask_spec is not None:
             _check_static_batch(items, mask_spec.shape[0])

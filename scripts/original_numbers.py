@@ -211,6 +211,11 @@ def cpu_predict_details(est: Any) -> dict:
         return programs.cpu_predict_details_run(est, path)
 
 
+def empty_first_feature_eval(est: Any) -> dict:
+    with model_dir() as path:
+        return programs.empty_first_feature_eval_run(est, path)
+
+
 def advisory_batch_size(est: Any) -> dict:
     result = {}
     for name, batch_size in (("none", None), ("four", 4)):
@@ -456,6 +461,7 @@ CASES = {
     "CPU_HOST_TENSORS": cpu_host_tensors,
     "ADVISORY_BATCH_SIZE": advisory_batch_size,
     "CPU_PREDICT_DETAILS": cpu_predict_details,
+    "EMPTY_FIRST_FEATURE_EVAL": empty_first_feature_eval,
 }
 
 

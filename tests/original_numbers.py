@@ -973,3 +973,5 @@ CPU_PREDICT_DETAILS = {
     "selected": [["y", 0.0], ["y", 1.0], ["y", 2.0], ["y", 3.0], ["y", 4.0], ["y", 5.0]],
 }
 
+EMPTY_FIRST_FEATURE_EVAL = {"global_step": 0.0, "loss": 35.83333206176758}
+

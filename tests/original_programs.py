@@ -781,6 +781,30 @@ def cpu_predict_details_run(est: Any, model_dir: str) -> dict:
     return {"labels_none": sorted(set(seen)), "selected": selected, "scalars": scalars}
 
 
+def empty_first_feature_eval_run(est: Any, model_dir: str) -> dict:
+    """`evaluate` with `use_tpu=False` on 10 rows in batches of 4, 4, 2, where the first feature (sorted)
+    with a batch dimension has no rows in the first batch (a `boolean_mask`). Returns the results:
+    the loss is the mean of the three batches' losses.
+    """
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+
+    def model_fn(features, labels, mode, params):
+        w = tf.compat.v1.get_variable("w", [1, 1], initializer=tf.compat.v1.ones_initializer())
+        loss = tf.reduce_mean(tf.square(tf.matmul(features["x"], w))) + 0.0 * tf.reduce_sum(features["a"])
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.0).minimize(
+            loss, tf.compat.v1.train.get_global_step()
+        )
+        return est.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn(params):
+        dataset = tf.data.Dataset.from_tensor_slices(({"x": x}, x)).batch(params["batch_size"])
+        return dataset.map(lambda f, y: ({"a": tf.boolean_mask(f["x"][:, 0], f["x"][:, 0] > 5), "x": f["x"]}, y))
+
+    config = est.RunConfig(model_dir=model_dir)
+    estimator = est.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False, eval_batch_size=4)
+    return {key: float(value) for key, value in estimator.evaluate(input_fn).items()}
+
+
 # --- I: keras_in_model_fn -----------------------------------------------------------------------
 
 

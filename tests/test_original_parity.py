@@ -415,6 +415,16 @@ def test_cpu_path_prediction_details_are_the_originals(tmp_path):
     assert seen == original.CPU_PREDICT_DETAILS
 
 
+def test_every_cpu_path_step_counts_once_in_the_loss_as_in_the_original(tmp_path):
+    """use_tpu=False weighted each step's loss by the rows of the first batched feature, so a batch whose
+    first feature was empty (a boolean_mask) dropped out of the mean: 52.0 where the original gave the
+    mean of the three batches' losses.
+    """
+    seen = programs.empty_first_feature_eval_run(EST, str(tmp_path))
+    assert seen["global_step"] == original.EMPTY_FIRST_FEATURE_EVAL["global_step"]
+    assert seen["loss"] == pytest.approx(original.EMPTY_FIRST_FEATURE_EVAL["loss"], rel=1e-6)
+
+
 @pytest.mark.parametrize("batch_size", [None, 4], ids=["no_batch_size", "batch_size_4"])
 def test_the_batch_size_is_advice_on_the_cpu_path_as_in_the_original(batch_size, tmp_path):
     """use_tpu=False: without batch sizes params has no 'batch_size' (the bridge refused to call

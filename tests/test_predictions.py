@@ -158,3 +158,11 @@ def test_select_predictions_computes_only_the_selected_keys():
         model.select_predictions(None)
     everything = cpu_model(watched)
     assert sorted(everything.predict(input_fn, verbose=0)) == ["watched", "y"] and ran == [4, 4, 2]
+
+
+def test_predictions_left_out_by_predict_keys_are_still_checked():
+    """As the Estimator: every prediction is checked, then only the selected ones are computed."""
+    model = cpu_model(lambda f: {"y": f, "sparse": tf.sparse.from_dense(f)})
+    model.select_predictions(["y"])
+    with pytest.raises(TypeError, match=r"predictions\['sparse'\] must be a Tensor"):
+        model.predict(input_fn, verbose=0)
