@@ -317,7 +317,27 @@ class HostMetrics:
         if self._graph_metrics is not None:
             self._graph_metrics(values, global_step)
         else:
-            self.part.call([tf.constant(v) for v in values])
+            self._merge(self.part.call([tf.constant(v) for v in values]))
+
+    def _merge(self, result: Any) -> None:
+        """Adds the state of metrics `metric_fn` created in this call to the evaluation's own.
+
+        A `metric_fn` that creates its Keras metrics inside (as TF1 code did: it
+        was called once) returns new objects, each updated on one step. Keras'
+        metrics keep sums and counts, so adding their variables accumulates the
+        step; metrics created outside `metric_fn` are the evaluation's own already.
+        """
+        for name, metric in (result or {}).items():
+            own = self._keras_metrics[name]
+            if metric is own:
+                continue
+            if type(metric) is not type(own) or len(metric.variables) != len(own.variables):
+                raise TypeError(
+                    f"metric_fn returned a different metric for {name!r} ({type(metric).__name__}) than on "
+                    f"its first call ({type(own).__name__}). Return the same kind of metric every time."
+                )
+            for total, part in zip(own.variables, metric.variables, strict=True):
+                total.assign_add(part)
 
     def update_steps(
         self, values: Sequence[np.ndarray], mask: np.ndarray | None, steps: int, global_steps: Sequence[int]

@@ -825,3 +825,24 @@ def test_a_keras_metric_fn_that_fails_eagerly_raises_its_own_error():
 
     with pytest.raises(tf.errors.InvalidArgumentError, match="scores are Inf"):
         evaluate(metric_runner(metric_fn), executions(seed=11))
+
+
+def test_keras_metrics_created_inside_metric_fn_accumulate_every_step():
+    """TF1 code creates its metrics inside metric_fn (called once there); here each call makes new ones."""
+
+    def metric_fn(labels, predictions, weights, scores, offset):
+        mean, accuracy = keras.metrics.Mean(), keras.metrics.Accuracy()
+        mean.update_state(scores[:, 0])
+        accuracy.update_state(labels, predictions)
+        return {"mean": mean, "accuracy": accuracy}
+
+    arrays = executions(seed=9)
+    runner = metric_runner(metric_fn)
+    results = evaluate(runner, arrays)
+    kept = [e[5] > 0.5 for e in arrays]
+    scores = np.concatenate([e[3][..., 0][k] for e, k in zip(arrays, kept, strict=True)])
+    labels = np.concatenate([e[0][k] for e, k in zip(arrays, kept, strict=True)])
+    predictions = np.concatenate([e[1][k] for e, k in zip(arrays, kept, strict=True)])
+    assert results["mean"] == pytest.approx(scores.mean(), rel=1e-5)  # was 0.0: the first call's, reset
+    assert results["accuracy"] == pytest.approx((labels == predictions).mean(), rel=1e-6)
+    assert evaluate(runner, arrays) == results  # reset at the start of each call
