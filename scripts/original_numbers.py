@@ -191,29 +191,14 @@ def host_global_step(est: Any) -> dict:
     }
 
 
-def batch_dependent_predict(est: Any) -> dict:
-    with model_dir() as path:
-        return programs.batch_dependent_predict_run(est, path)
+def in_model_dir(run: Callable[[Any, str], dict]) -> Callable[[Any], dict]:
+    """The case `run(est, path)` in a fresh temporary model_dir."""
 
+    def case(est: Any) -> dict:
+        with model_dir() as path:
+            return run(est, path)
 
-def partial_train_batch_host_call(est: Any) -> dict:
-    with model_dir() as path:
-        return programs.partial_train_batch_host_call_run(est, path)
-
-
-def cpu_host_tensors(est: Any) -> dict:
-    with model_dir() as path:
-        return programs.cpu_host_tensors_run(est, path)
-
-
-def cpu_predict_details(est: Any) -> dict:
-    with model_dir() as path:
-        return programs.cpu_predict_details_run(est, path)
-
-
-def empty_first_feature_eval(est: Any) -> dict:
-    with model_dir() as path:
-        return programs.empty_first_feature_eval_run(est, path)
+    return case
 
 
 def advisory_batch_size(est: Any) -> dict:
@@ -456,12 +441,12 @@ CASES = {
     "SESSION_HOOKS": session_hooks,
     "HOST_GLOBAL_STEP": host_global_step,
     "REPEATED_INPUT": repeated_input,
-    "BATCH_DEPENDENT_PREDICT": batch_dependent_predict,
-    "PARTIAL_TRAIN_BATCH_HOST_CALL": partial_train_batch_host_call,
-    "CPU_HOST_TENSORS": cpu_host_tensors,
+    "BATCH_DEPENDENT_PREDICT": in_model_dir(programs.batch_dependent_predict_run),
+    "PARTIAL_TRAIN_BATCH_HOST_CALL": in_model_dir(programs.partial_train_batch_host_call_run),
+    "CPU_HOST_TENSORS": in_model_dir(programs.cpu_host_tensors_run),
     "ADVISORY_BATCH_SIZE": advisory_batch_size,
-    "CPU_PREDICT_DETAILS": cpu_predict_details,
-    "EMPTY_FIRST_FEATURE_EVAL": empty_first_feature_eval,
+    "CPU_PREDICT_DETAILS": in_model_dir(programs.cpu_predict_details_run),
+    "EMPTY_FIRST_FEATURE_EVAL": in_model_dir(programs.empty_first_feature_eval_run),
 }
 
 
