@@ -73,10 +73,9 @@ def build_steps_loop(
     with tf.name_scope("execution"):
         indices = tf.compat.v1.placeholder(tf.int32, [None], name="steps")
         global_steps = tf.compat.v1.placeholder(tf.int64, [None], name="global_steps")
-        ragged = part.ragged or (False,) * part.size
         stacked: list = []
         step_value: list[Callable[[tf.Tensor], tf.Tensor]] = []
-        for spec, is_ragged in zip(part.specs, ragged, strict=True):
+        for spec, is_ragged in zip(part.specs, part.ragged, strict=True):
             if is_ragged:
                 flat = tf.compat.v1.placeholder(spec.dtype, [None])
                 shapes = tf.compat.v1.placeholder(tf.int32, [None, spec.shape.rank])

@@ -125,7 +125,7 @@ class HostPart:
     keys: tuple[str, ...] | None
     specs: tuple[tf.TensorSpec, ...]
     per_row: tuple[bool, ...]
-    ragged: tuple[bool, ...] = ()
+    ragged: tuple[bool, ...]
 
     @property
     def size(self) -> int:
@@ -264,7 +264,7 @@ class HostPlan:
                     f"model_fn returned {part.name} when the model was built but None now. "
                     "Return the same kind of spec on every call."
                 )
-            for tensor, ragged in zip(split_host_call(part.name, pair)[2], part.ragged or [False] * part.size, strict=True):
+            for tensor, ragged in zip(split_host_call(part.name, pair)[2], part.ragged, strict=True):
                 tensors += [tf.reshape(tensor, [-1]), tf.shape(tensor)] if ragged else [tensor]
         return tensors + ([mask] if mask is not None and self.padded else [])
 
@@ -274,19 +274,12 @@ class HostPlan:
         A ragged tensor's pair of arrays becomes one `RaggedSteps`; either way
         `value[i]` is step i's.
         """
-        values = list(values)
-        taken: list[list] = []
-        position = 0
-        for part in self._parts():
-            own = []
-            for ragged in part.ragged or [False] * part.size:
-                if ragged:
-                    own.append(RaggedSteps(values[position], values[position + 1]))
-                    position += 2
-                else:
-                    own.append(values[position])
-                    position += 1
-            taken.append(own)
-        host_call = taken.pop(0) if self.host_call is not None else []
-        metrics = taken.pop(0) if self.eval_metrics is not None else []
-        return HostValues(host_call, metrics, values[position] if self.padded else None)
+        arrays = iter(values)
+
+        def take(part: HostPart | None) -> list:
+            if part is None:
+                return []
+            return [RaggedSteps(next(arrays), next(arrays)) if ragged else next(arrays) for ragged in part.ragged]
+
+        host_call, metrics = take(self.host_call), take(self.eval_metrics)
+        return HostValues(host_call, metrics, next(arrays) if self.padded else None)
