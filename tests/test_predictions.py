@@ -166,3 +166,13 @@ def test_predictions_left_out_by_predict_keys_are_still_checked():
     model.select_predictions(["y"])
     with pytest.raises(TypeError, match=r"predictions\['sparse'\] must be a Tensor"):
         model.predict(input_fn, verbose=0)
+
+
+def test_batch_length_raises_the_originals_errors_for_predictions_without_examples():
+    from keras_tpu_estimator.predictions import batch_length
+
+    with pytest.raises(TypeError, match=r"^'NoneType' object cannot be interpreted as an integer: the predictions dict is empty"):
+        batch_length({})
+    with pytest.raises(AttributeError, match=r"^'bytes' object has no attribute 'shape': the prediction 'label'"):
+        batch_length({"y": np.zeros([2, 1]), "label": b"6.0"})
+    assert batch_length({"y": np.zeros([3, 1]), "z": np.zeros([3])}) == 3
