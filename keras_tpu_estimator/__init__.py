@@ -12,6 +12,8 @@ estimator = kte.TPUEstimator(model_fn, config=kte.RunConfig(model_dir="/tmp/m"),
                              train_batch_size=64)
 estimator.train(input_fn, max_steps=1000)
 ```
+
+An unchanged old program: `python -m keras_tpu_estimator script.py ARGS...` (see `install`).
 """
 
 from keras_tpu_estimator.versions import require_tensorflow
@@ -38,12 +40,13 @@ from keras_tpu_estimator.config import (
     TPUConfig,
     parse_iterations_per_loop,
 )
+from keras_tpu_estimator.install import install
 from keras_tpu_estimator.legacy import UnsupportedInModelFnError, legacy_layers
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.padding import padding_mask
 from keras_tpu_estimator.session_hooks import SessionRunHookCallback
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
-from keras_tpu_estimator.strategy import TPUContext, resolve_strategy
+from keras_tpu_estimator.strategy import TPUContext, resolve_strategy, use_cpu_replicas
 from keras_tpu_estimator.tpu_estimator import (
     BatchConfig,
     ExportSavedModelApiVersion,
@@ -85,9 +88,11 @@ __all__ = [
     "export",
     "export_estimator_savedmodel",
     "inference_on_tpu",
+    "install",
     "legacy_layers",
     "model_fn_inference_on_tpu",
     "padding_mask",
     "parse_iterations_per_loop",
     "resolve_strategy",
+    "use_cpu_replicas",
 ]

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.config import check_positive_integer
 from keras_tpu_estimator.logs import get_logger
 
 _log = get_logger(__name__)
@@ -174,6 +175,34 @@ def _local_strategy() -> tf.distribute.Strategy:
             if len(gpus) > 1
             else tf.distribute.get_strategy()
         )
+    return _RESOLVED["local"]
+
+
+def use_cpu_replicas(count: int) -> tf.distribute.Strategy:
+    """Splits the host CPU into `count` logical devices; the strategy path then mirrors over them.
+
+    A TPU program's replicas, on a laptop or in CI: where no TPU is found,
+    `use_tpu=True` runs on a `MirroredStrategy` over the `count` CPUs (as it
+    would over a TPU's cores). Call it before TensorFlow starts its devices
+    (`python -m keras_tpu_estimator --replicas N script.py` does).
+
+    Example:
+
+    ```python
+    use_cpu_replicas(2)   # then TPUEstimator(use_tpu=True) runs 2 replicas
+    ```
+    """
+    check_positive_integer(count, "replicas")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"use_cpu_replicas({count}) must run before TensorFlow starts its devices ({error}). "
+            "Call it at program start, or pass --replicas to python -m keras_tpu_estimator."
+        ) from None
+    devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+    _RESOLVED["local"] = tf.distribute.MirroredStrategy(devices) if count > 1 else tf.distribute.get_strategy()
     return _RESOLVED["local"]
 
 

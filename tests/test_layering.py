@@ -17,6 +17,8 @@ LAYERS = {
     "callbacks": 6, "restore": 6,
     "tpu_estimator": 7,
     "estimator": 8,  # the package laid out like tf.compat.v1.estimator
+    "install": 9,  # the old names resolve to this library
+    "__main__": 10,  # python -m keras_tpu_estimator SCRIPT
 }
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_tpu_estimator"
 

@@ -459,3 +459,8 @@ def bound_call(concrete: Any, args: tuple, varying: int) -> Callable[[Any], Any]
         return concrete._call_flat([*head, value], captured_inputs=concrete.captured_inputs)
 
     return call
+
+
+def tensorflow_python() -> Any:
+    """The package `tensorflow.python` (private; `install()` hangs `tensorflow.python.estimator` on it)."""
+    return importlib.import_module("tensorflow.python")

@@ -1,0 +1,43 @@
+"""The runs of the programs in this folder: each is a file written as public TPUEstimator programs are.
+
+Every program takes `--model_dir` and `--result_file` (JSON) besides its own
+flags. `scripts/record_program_results.py` runs each `Run` on the original
+(TensorFlow 2.15, `use_tpu=False` as its flags say) and writes
+`original_results.py`; `tests/test_programs.py` runs the same file, unchanged,
+through `python -m keras_tpu_estimator` on each of `Run.paths`:
+
+- `cpu`: the flags as recorded (`--use_tpu=false`);
+- `tpu`: `--use_tpu=true`, the strategy path on the default strategy;
+- `mirrored`: `--use_tpu=true` with `--replicas 2` (a MirroredStrategy over
+  two logical CPUs standing in for two TPU cores).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+# Results this library gives by design where the original gave others (README, "Semantics").
+NO_STEP_0_CHECKPOINT = "no checkpoint before the first step (README: Checkpoint timing)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    program: str
+    flags: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ("cpu", "tpu", "mirrored")
+    # {result key: (what this library gives instead, why)}: deliberate differences, pinned too.
+    deliberate: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def script(self) -> pathlib.Path:
+        return HERE / f"{self.program}.py"
+
+
+RUNS = {
+    "mnist_tpu_namespace": Run(
+        "mnist_tpu_namespace", deliberate={"checkpoints": ([8, 12], NO_STEP_0_CHECKPOINT)}),
+}

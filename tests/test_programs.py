@@ -1,0 +1,63 @@
+"""Programs written as public TPUEstimator programs are, run unchanged as files through
+`python -m keras_tpu_estimator`, give the original's numbers on every path (`tests/programs/runs.py`).
+
+Each run is a subprocess, as a user runs a program; `original_results.py`
+holds what TensorFlow 2.15's TPUEstimator gave for the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from programs.original_results import RESULTS
+from programs.runs import RUNS
+
+RTOL, ATOL = 2e-5, 1e-6
+
+CASES = [(name, path) for name, run in RUNS.items() for path in run.paths]
+
+
+def run_program(name: str, path: str, tmp_path, extra: tuple[str, ...] = ()) -> dict:
+    """Runs `RUNS[name]` through `python -m keras_tpu_estimator` on `path`; its JSON results."""
+    run = RUNS[name]
+    runner = ["--replicas", "2"] if path == "mirrored" else []
+    flags = list(run.flags) + (["--use_tpu=true"] if path in ("tpu", "mirrored") else []) + list(extra)
+    result = tmp_path / "result.json"
+    command = [sys.executable, "-m", "keras_tpu_estimator", *runner, str(run.script), *flags,
+               f"--model_dir={tmp_path / 'model'}", f"--result_file={result}"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stderr[-6000:]}"
+    return json.loads(result.read_text())
+
+
+def assert_same(ours, original, where: str = "") -> None:
+    """Equal structure and values; floats within float32 round-off of the original's."""
+    if isinstance(original, dict):
+        assert isinstance(ours, dict) and sorted(ours) == sorted(original), f"{where}: {ours} != {original}"
+        for key in original:
+            assert_same(ours[key], original[key], f"{where}.{key}")
+    elif isinstance(original, list):
+        assert isinstance(ours, list) and len(ours) == len(original), f"{where}: {ours} != {original}"
+        for i, (a, b) in enumerate(zip(ours, original, strict=True)):
+            assert_same(a, b, f"{where}[{i}]")
+    elif isinstance(original, float):
+        assert isinstance(ours, int | float) and math.isclose(ours, original, rel_tol=RTOL, abs_tol=ATOL), (
+            f"{where}: {ours} != {original}")
+    else:
+        assert ours == original, f"{where}: {ours!r} != {original!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,path", CASES, ids=[f"{n}-{p}" for n, p in CASES])
+def test_program_gives_the_originals_results(name, path, tmp_path):
+    expected = dict(RESULTS[name])
+    for key, (here, _why) in RUNS[name].deliberate.items():
+        assert key in expected, f"{name}: the original gave no {key!r}"
+        expected[key] = here
+    assert_same(run_program(name, path, tmp_path), expected, name)
