@@ -226,7 +226,7 @@ class HostPlan:
                 concat.append(False)
         mask_rows = None
         if padded:
-            mask_rows = specs[0].shape[0]
+            mask_rows = tf.compat.dimension_value(specs[0].shape[0])
             specs.append(tf.TensorSpec([mask_rows], tf.float32))
             concat.append(False)
 
@@ -240,7 +240,7 @@ class HostPlan:
                 if shape:  # padded rows are dropped before the host sees them: any row count
                     shape[0] = None if padded or shape[0] is None else shape[0] * replicas
                 gathered.append(tf.TensorSpec(shape, t.dtype))
-            per_row = tuple(mask_rows is not None and bool(t.shape.rank) and t.shape[0] == mask_rows for t in part_tensors)
+            per_row = tuple(mask_rows is not None and bool(t.shape.rank) and t.shape.as_list()[0] == mask_rows for t in part_tensors)
             is_ragged = tuple(ragged and not t.shape.is_fully_defined() for t in part_tensors)
             return HostPart(name, fn, None if keys is None else tuple(keys), tuple(gathered), per_row, is_ragged)
 

@@ -94,7 +94,7 @@ def batch_tensor(data: Any) -> Any:
 def static_batch_size(element_spec: Any) -> int | None:
     """The static leading dimension shared by all tensors of a dataset element, or None."""
     sizes = {
-        spec.shape[0] if spec.shape.rank else None
+        tf.compat.dimension_value(spec.shape[0]) if spec.shape.rank else None
         for spec in tf.nest.flatten(element_spec)
         if isinstance(spec, tf.TensorSpec)
     }
@@ -109,7 +109,7 @@ def per_replica_spec(global_spec: Any, num_replicas: int) -> Any:
     def split(spec: Any) -> Any:
         if not isinstance(spec, tf.TensorSpec) or not spec.shape.rank:
             return spec
-        batch = spec.shape[0]
+        batch = tf.compat.dimension_value(spec.shape[0])
         batch = None if batch is None else batch // num_replicas
         return tf.TensorSpec([batch] + spec.shape[1:].as_list(), spec.dtype, spec.name)
 

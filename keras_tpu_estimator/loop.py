@@ -259,7 +259,7 @@ def make_loop_function(
             if not stack and spec.shape[1:].is_fully_defined():  # an empty array concatenates to [0, ...]
                 return array.concat()
             # An execution that found the input ended has nothing to stack.
-            empty = [0] * stack + ([0] + [d or 0 for d in spec.shape[1:]] if spec.shape.rank else [])
+            empty = [0] * stack + ([0] + [d or 0 for d in spec.shape[1:].as_list()] if spec.shape.rank else [])
             return tf.cond(
                 steps > 0,
                 lambda: array.stack() if stack else array.concat(),

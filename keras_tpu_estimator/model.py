@@ -25,6 +25,7 @@ from keras_tpu_estimator import _compat
 from keras_tpu_estimator.batch_methods import SingleBatchMethods
 from keras_tpu_estimator.config import RunConfig, check_supported
 from keras_tpu_estimator.driver import ExecutionDriver, checked_variables
+from keras_tpu_estimator.graph_mode import GRAPH_MODE_KERAS_FACE
 from keras_tpu_estimator.keras_methods import KerasMethods
 from keras_tpu_estimator.legacy import per_replica_collections
 from keras_tpu_estimator.logs import get_logger
@@ -92,6 +93,8 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         steps_per_execution: int | str | None = None,
         name: str = "estimator_model",
     ):
+        if not tf.executing_eagerly():
+            raise RuntimeError(GRAPH_MODE_KERAS_FACE)
         super().__init__(name=name)
         check_model_fn(model_fn)
         config = config or RunConfig()

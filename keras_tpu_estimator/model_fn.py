@@ -306,8 +306,9 @@ class ModelFnRunner:
         first = batch_tensor(features) if self.use_tpu else None
         if first is None:  # the CPU path, or scalar features only: one example
             return tf.constant(1.0)
-        if first.shape.rank and first.shape[0] is not None:
-            return tf.constant(float(first.shape[0]))
+        rows = tf.compat.dimension_value(first.shape[0]) if first.shape.rank else None
+        if rows is not None:
+            return tf.constant(float(rows))
         return tf.cast(tf.shape(first)[0], tf.float32)
 
     def _host_values(self, mode: str, spec: Any, mask: Any) -> list:

@@ -43,13 +43,14 @@ def _check_types(predictions: Any) -> list[tuple[str, Any]]:
 
 def _check_static_batch(items: list[tuple[str, Any]], rows: int) -> None:
     for key, tensor in items:
-        if tensor.shape.rank != 0 and tensor.shape[0] is None:
+        batch = tf.compat.dimension_value(tensor.shape[0]) if tensor.shape.rank else None
+        if tensor.shape.rank != 0 and batch is None:
             raise ValueError(
                 f"The tensor with key ({key}) in TPUEstimatorSpec.predictions has dynamic shape "
                 f"(should be static). Tensor: {tensor}. Predictions must be batch-major with "
                 f"the static batch of params['batch_size'] ({rows})."
             )
-        if tensor.shape.rank != 0 and tensor.shape[0] != rows:
+        if tensor.shape.rank != 0 and batch != rows:
             raise ValueError(
                 f"Batch length of predictions should be same. {key} has different batch length "
                 f"than others. Its shape is {tensor.shape}; params['batch_size'] is {rows}."
@@ -149,7 +150,7 @@ class PredictionPlan:
         predictions = select_keys(predictions, keys)
         items = _check_types(predictions)
         if mask_spec is not None:
-            _check_static_batch(items, mask_spec.shape[0])
+            _check_static_batch(items, tf.compat.dimension_value(mask_spec.shape[0]))
         specs = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), predictions)
         return cls(specs, mask_spec is not None)
 
@@ -226,7 +227,7 @@ class PredictionPlan:
         """The result of a prediction over no rows: zero rows of each prediction."""
         return tf.nest.map_structure(
             lambda s: np.zeros(
-                [0] + ([d or 0 for d in s.shape[1:]] if s.shape.rank is not None else []), s.dtype.as_numpy_dtype
+                [0] + ([d or 0 for d in s.shape[1:].as_list()] if s.shape.rank is not None else []), s.dtype.as_numpy_dtype
             ),
             self.specs,
         )

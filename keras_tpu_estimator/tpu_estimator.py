@@ -40,6 +40,7 @@ from keras_tpu_estimator.config import (
 )
 from keras_tpu_estimator.estimator_args import ExportSavedModelApiVersion, check_estimator_arguments
 from keras_tpu_estimator.export import export_estimator_savedmodel, export_saved_model
+from keras_tpu_estimator.graph_mode import eager_call, eager_generator
 from keras_tpu_estimator.inference import BatchConfig, inference_on_tpu, model_fn_inference_on_tpu
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.model import EstimatorModel
@@ -166,6 +167,10 @@ class TPUEstimator:
         found = checkpoints_newest_first(self.model_dir)
         return found[0] if found else None
 
+    def eval_dir(self, name: str | None = None) -> str:
+        """Where `evaluate(name=...)` writes its summaries: `model_dir/eval` or `model_dir/eval_<name>`."""
+        return os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
+
     def get_variable_names(self) -> list[str]:
         """Names of the variables in the latest checkpoint."""
         return [name for name, _ in tf.train.list_variables(self._require_checkpoint())]
@@ -242,6 +247,7 @@ class TPUEstimator:
             **self._batch_sizes,
         )
 
+    @eager_call
     def train(
         self,
         input_fn: InputFn,
@@ -306,6 +312,7 @@ class TPUEstimator:
                 model.release_host()
         return self
 
+    @eager_call
     def evaluate(
         self,
         input_fn: InputFn,
@@ -358,8 +365,7 @@ class TPUEstimator:
             model.release_host()
         step, path = model.global_step, restore.restored
         if is_chief(model.distribute_strategy):
-            logdir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
-            with tf.summary.create_file_writer(logdir).as_default(step=step):
+            with tf.summary.create_file_writer(self.eval_dir(name)).as_default(step=step):
                 for key, value in logs.items():
                     tf.summary.scalar(key, value)
                 if path:
@@ -368,6 +374,7 @@ class TPUEstimator:
         results["global_step"] = np.int64(step)
         return results
 
+    @eager_generator
     def predict(
         self,
         input_fn: InputFn,
@@ -415,6 +422,7 @@ class TPUEstimator:
         finally:
             model.release_host()
 
+    @eager_call
     def export_saved_model(
         self,
         export_dir_base: str | bytes | os.PathLike,

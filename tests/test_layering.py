@@ -5,7 +5,7 @@ import pathlib
 import tempfile
 
 LAYERS = {
-    "_compat": 0, "per_thread": 0, "versions": 0, "tf_config": 0, "logs": 0, "nan_errors": 0,
+    "_compat": 0, "per_thread": 0, "versions": 0, "tf_config": 0, "logs": 0, "nan_errors": 0, "graph_mode": 0,
     "spec": 1, "config": 1,
     "strategy": 2, "variables": 2, "inputs": 2, "checkpoints": 2, "legacy": 2, "cross_replica": 2,
     "serving": 2, "fetches": 2, "worker_errors": 2, "optimizer_view": 2, "model_dir": 2,

@@ -464,3 +464,10 @@ def bound_call(concrete: Any, args: tuple, varying: int) -> Callable[[Any], Any]
 def tensorflow_python() -> Any:
     """The package `tensorflow.python` (private; `install()` hangs `tensorflow.python.estimator` on it)."""
     return importlib.import_module("tensorflow.python")
+
+
+def eager_mode() -> contextlib.AbstractContextManager:
+    """Runs the block eagerly in a program that disabled eager execution (`context.eager_mode`)."""
+    from tensorflow.python.eager import context
+
+    return context.eager_mode()

@@ -40,4 +40,7 @@ class Run:
 RUNS = {
     "mnist_tpu_namespace": Run(
         "mnist_tpu_namespace", deliberate={"checkpoints": ([8, 12], NO_STEP_0_CHECKPOINT)}),
+    # Batch norm normalizes each replica's rows (as on TPU cores): one replica's numbers only.
+    "resnet_graph_mode": Run("resnet_graph_mode", paths=("cpu", "tpu")),
+    "resnet_graph_mode_no_bn": Run("resnet_graph_mode", ("--batch_norm=false",)),
 }
