@@ -40,7 +40,7 @@ from keras_tpu_estimator.config import (
     TPUConfig,
     parse_iterations_per_loop,
 )
-from keras_tpu_estimator.install import install
+from keras_tpu_estimator.install import install, installed
 from keras_tpu_estimator.legacy import UnsupportedInModelFnError, legacy_layers
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.padding import padding_mask
@@ -89,6 +89,7 @@ __all__ = [
     "export_estimator_savedmodel",
     "inference_on_tpu",
     "install",
+    "installed",
     "legacy_layers",
     "model_fn_inference_on_tpu",
     "padding_mask",
