@@ -138,3 +138,54 @@ def test_the_runner_names_what_is_wrong_with_its_arguments(args, message, tmp_pa
     done = subprocess.run([sys.executable, "-m", "keras_tpu_estimator", *args], capture_output=True,
                           text=True, cwd=tmp_path, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 1 and message in done.stderr
+
+
+GRAPH_MODE_PROGRAM = """
+    import numpy as np
+    import tensorflow.compat.v1 as tf
+    tf.disable_v2_behavior()   # before this library is even imported
+    import keras_tpu_estimator as kte
+    kte.install()
+    USE_TPU = {use_tpu}
+
+    def model_fn(features, labels, mode, params):
+        w = tf.get_variable("w", [4, 1], initializer=tf.zeros_initializer())
+        assert features["x"].shape[1].value == 4   # the program's v1 TensorShape
+        y = tf.matmul(features["x"], w)
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            return tf.estimator.tpu.TPUEstimatorSpec(mode, predictions={{"y": y}})
+        loss = tf.reduce_mean(tf.square(y - labels))
+        train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss, tf.train.get_global_step())
+        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn(params):
+        x = np.arange(32, dtype=np.float32).reshape(8, 4) / 32
+        return tf.data.Dataset.from_tensor_slices(({{"x": x}}, x[:, :1])).repeat().batch(4)
+
+    estimator = tf.estimator.tpu.TPUEstimator(
+        model_fn, config=tf.estimator.tpu.RunConfig(model_dir="model"), use_tpu=USE_TPU,
+        train_batch_size=4, eval_batch_size=4, predict_batch_size=4)
+    estimator.train(input_fn, max_steps=3)
+    print(round(float(estimator.evaluate(input_fn, steps=2)["loss"]), 6))
+    for prediction in estimator.predict(lambda params: input_fn(params).take(1)):
+        assert not tf.executing_eagerly()   # the caller's loop keeps its graph mode
+        print(round(float(prediction["y"][0]), 6))
+    with tf.Session() as session:   # the program's own graph-mode code still works
+        print(session.run(tf.constant(2.0) * 3))
+    try:
+        kte.EstimatorModel(model_fn)
+    except RuntimeError as error:
+        print(str(error).split(",")[0])
+"""
+
+
+@pytest.mark.parametrize("use_tpu", [False, True])
+def test_a_graph_mode_program_runs_through_the_facade(use_tpu, tmp_path):
+    done = python(GRAPH_MODE_PROGRAM.format(use_tpu=use_tpu), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    eager = python(GRAPH_MODE_PROGRAM.format(use_tpu=use_tpu).replace(
+        "tf.disable_v2_behavior()", "pass").replace("assert not tf.executing_eagerly()", "pass").replace(
+        ".shape[1].value", ".shape[1]"), cwd=tmp_path / "model")
+    lines = done.stdout.splitlines()
+    assert len(lines) == 7 and lines[:5] == eager.stdout.splitlines()[:5]  # loss, 4 predictions
+    assert lines[5:] == ["6.0", "EstimatorModel is a Keras 3 model"]
