@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu_estimator import _compat
 from keras_tpu_estimator.host_plan import HostPart, RaggedSteps
 
 
@@ -98,7 +99,7 @@ def build_steps_loop(
                 return position + 1
 
         # One iteration at a time: a step's work finishes before the next step's starts.
-        done = tf.while_loop(
+        done = _compat.while_loop_v2(
             lambda position: position < tf.size(indices), one_step, [tf.constant(0)], parallel_iterations=1
         )
     return [indices, global_steps, *stacked] + ([mask] if mask is not None else []), done

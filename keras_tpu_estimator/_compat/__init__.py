@@ -471,3 +471,16 @@ def eager_mode() -> contextlib.AbstractContextManager:
     from tensorflow.python.eager import context
 
     return context.eager_mode()
+
+
+def while_loop_v2(cond: Callable, body: Callable, loop_vars: list, parallel_iterations: int = 10) -> Any:
+    """A `tf.while_loop` with control flow v2 (`while_v2.while_loop`) in any graph.
+
+    `tf.while_loop` in a plain `tf.Graph` follows the process-wide switch, which
+    `disable_v2_behavior()` turns to v1 control flow: its body then opens a
+    `while/` name scope that would reach summary tags.
+    """
+    from tensorflow.python.ops import while_v2
+
+    return while_v2.while_loop(cond, body, loop_vars, parallel_iterations=parallel_iterations,
+                               return_same_structure=True)

@@ -111,6 +111,8 @@ RESULTS = {
         ],
     },
     "resnet_graph_mode": {
+        "host_learning_rate": [0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.05, 0.05, 0.05],
+        "host_steps": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
         "evaluate": {
             "loss": 0.7027754187583923,
             "mean_logit": -0.01854504644870758,
@@ -155,6 +157,8 @@ RESULTS = {
         ],
     },
     "resnet_graph_mode_no_bn": {
+        "host_learning_rate": [0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.05, 0.05, 0.05],
+        "host_steps": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
         "evaluate": {
             "loss": 0.7443849444389343,
             "mean_logit": -0.004627679940313101,

@@ -60,13 +60,27 @@ def resnet_model_fn(features, labels, mode, params):
     global_step = tf.train.get_global_step()
     if mode == tf.estimator.ModeKeys.TRAIN:
         learning_rate = tf.train.piecewise_constant(global_step, [6], [0.2, 0.05])
+        gs_t = tf.reshape(global_step, [1])  # read before the update, as each step's index
+        loss_t = tf.reshape(loss, [1])
+        lr_t = tf.reshape(learning_rate, [1])
+
+        def host_call_fn(gs, loss, lr):
+            """Training summaries, written on the host as resnet_main's host_call did."""
+            gs = gs[0]
+            with tf.compat.v2.summary.create_file_writer(FLAGS.model_dir, max_queue=100).as_default():
+                with tf.compat.v2.summary.record_if(True):
+                    tf.compat.v2.summary.scalar("loss", loss[0], step=gs)
+                    tf.compat.v2.summary.scalar("learning_rate", lr[0], step=gs)
+                    return tf.summary.all_v2_summary_ops()
+
         optimizer = tf.train.MomentumOptimizer(learning_rate, momentum=0.9)
         if params["use_tpu"]:
             optimizer = tf.tpu.CrossShardOptimizer(optimizer)
         update_ops = tf.get_collection(tf.GraphKeys.UPDATE_OPS)
         with tf.control_dependencies(update_ops):
             train_op = optimizer.minimize(loss, global_step)
-        return tf.estimator.tpu.TPUEstimatorSpec(mode=mode, loss=loss, train_op=train_op)
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode=mode, loss=loss, train_op=train_op, host_call=(host_call_fn, [gs_t, loss_t, lr_t]))
 
     def metric_fn(labels, logits):
         predictions = tf.argmax(logits, axis=1)
@@ -118,7 +132,15 @@ def main(unused_argv):
         signature = meta.signature_def["classify"]
         served = sess.run(signature.outputs["classes"].name, {signature.inputs["x"].name: x})
 
+    summaries = {}
+    for path in tf.io.gfile.glob(os.path.join(FLAGS.model_dir, "events.out.tfevents.*")):
+        for event in tf.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == "learning_rate":
+                    summaries[event.step] = round(float(tf.make_ndarray(value.tensor)), 6)
     results = {
+        "host_learning_rate": [summaries[step] for step in sorted(summaries)],
+        "host_steps": sorted(summaries),
         "evaluate": {k: float(v) for k, v in metrics.items()},
         "classes": [int(p["classes"]) for p in predictions],
         "probabilities": [float(p["probabilities"][1]) for p in predictions],
