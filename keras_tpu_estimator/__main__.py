@@ -59,6 +59,8 @@ def _parse(argv: list[str]) -> tuple[int | None, str | None, str | None, list[st
 def main(argv: list[str] | None = None) -> None:
     """Runs the program named in `argv` (default: `sys.argv[1:]`) under `install()`."""
     replicas, script, module, args = _parse(list(sys.argv[1:] if argv is None else argv))
+    if script is not None and not os.path.exists(script):
+        raise SystemExit(f"python -m keras_tpu_estimator: can't open file {script!r}: no such file")
     import keras_tpu_estimator
 
     if replicas is not None:
@@ -69,8 +71,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.path.insert(0, os.getcwd())
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return
-    if not os.path.exists(script):
-        raise SystemExit(f"python -m keras_tpu_estimator: can't open file {script!r}: no such file")
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")
