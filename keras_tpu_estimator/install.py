@@ -56,6 +56,9 @@ MODULE_PATHS = {
     "tpu.tpu_config": "keras_tpu_estimator.config",
     "tpu.tpu_context": "keras_tpu_estimator.strategy",
     "tpu.util": "keras_tpu_estimator.config",
+    "exporter": "keras_tpu_estimator.exporters",
+    "training": "keras_tpu_estimator.training",
+    "early_stopping": "keras_tpu_estimator.early_stopping",
 }
 ESTIMATOR_PACKAGES = ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator")
 

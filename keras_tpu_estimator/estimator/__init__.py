@@ -14,8 +14,10 @@ if mode == tf_estimator.ModeKeys.TRAIN: ...
 
 The session-hook names (`LoggingTensorHook`, `SessionRunHook`, ...) are
 TensorFlow's own `tf.compat.v1.train` classes, as in the original namespace.
-Names of the plain Estimator that TPUEstimator programs do not need (canned
-estimators, heads, `train_and_evaluate`) raise an AttributeError that says so.
+`train_and_evaluate` with `TrainSpec`, `EvalSpec` and the exporters runs a
+`TPUEstimator` as the original did. Names of the plain Estimator that
+TPUEstimator programs do not need (canned estimators, heads) raise an
+AttributeError that says so.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import tensorflow as tf
 from keras_tpu_estimator.checkpoints import WarmStartSettings
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.estimator import experimental, export, tpu
+from keras_tpu_estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys
+from keras_tpu_estimator.training import EvalSpec, TrainSpec, train_and_evaluate
 
 _train = tf.compat.v1.train
 CheckpointSaverHook = _train.CheckpointSaverHook
@@ -47,12 +51,17 @@ StopAtStepHook = _train.StopAtStepHook
 SummarySaverHook = _train.SummarySaverHook
 
 __all__ = [
+    "BestExporter",
     "CheckpointSaverHook",
     "CheckpointSaverListener",
     "EstimatorSpec",
+    "EvalSpec",
+    "Exporter",
     "FeedFnHook",
+    "FinalExporter",
     "FinalOpsHook",
     "GlobalStepWaiterHook",
+    "LatestExporter",
     "LoggingTensorHook",
     "ModeKeys",
     "NanLossDuringTrainingError",
@@ -67,10 +76,12 @@ __all__ = [
     "StepCounterHook",
     "StopAtStepHook",
     "SummarySaverHook",
+    "TrainSpec",
     "WarmStartSettings",
     "experimental",
     "export",
     "tpu",
+    "train_and_evaluate",
 ]
 
 
@@ -78,7 +89,7 @@ def __getattr__(name: str) -> None:
     raise AttributeError(
         f"tf.estimator.{name} is not provided by keras_tpu_estimator.estimator, which covers what "
         "TPUEstimator programs use (tpu.*, ModeKeys, EstimatorSpec, RunConfig, WarmStartSettings, "
-        "export.* and the session-hook names). Canned estimators, heads and train_and_evaluate "
-        "are not part of it: call TPUEstimator.train and .evaluate, or use keras_tpu_estimator."
-        "EstimatorModel with model.fit."
+        "train_and_evaluate with TrainSpec, EvalSpec and the exporters, export.* and the session-hook "
+        "names). Canned estimators and heads are not part of it: write a model_fn and call "
+        "TPUEstimator.train and .evaluate, or use keras_tpu_estimator.EstimatorModel with model.fit."
     )

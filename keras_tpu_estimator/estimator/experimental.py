@@ -1,4 +1,4 @@
-"""`tf.compat.v1.estimator.experimental`, as far as TPUEstimator programs use it.
+"""`tf.compat.v1.estimator.experimental`, as far as TPUEstimator programs use it: receivers and training hooks.
 
 Example:
 
@@ -11,14 +11,34 @@ estimator.export_saved_model("/tmp/export", receiver_fn, experimental_mode=tf_es
 ```
 """
 
+from keras_tpu_estimator.early_stopping import (
+    InMemoryEvaluatorHook,
+    make_early_stopping_hook,
+    make_stop_at_checkpoint_step_hook,
+    stop_if_higher_hook,
+    stop_if_lower_hook,
+    stop_if_no_decrease_hook,
+    stop_if_no_increase_hook,
+)
 from keras_tpu_estimator.serving import build_raw_supervised_input_receiver_fn
 
-__all__ = ["build_raw_supervised_input_receiver_fn"]
+__all__ = [
+    "InMemoryEvaluatorHook",
+    "build_raw_supervised_input_receiver_fn",
+    "make_early_stopping_hook",
+    "make_stop_at_checkpoint_step_hook",
+    "stop_if_higher_hook",
+    "stop_if_lower_hook",
+    "stop_if_no_decrease_hook",
+    "stop_if_no_increase_hook",
+]
 
 
 def __getattr__(name: str) -> None:
     raise AttributeError(
         f"tf.estimator.experimental.{name} is not provided by keras_tpu_estimator: of this namespace, "
-        "TPUEstimator programs use build_raw_supervised_input_receiver_fn. For early stopping, use "
-        "keras.callbacks.EarlyStopping with EstimatorModel.fit."
+        "TPUEstimator programs use build_raw_supervised_input_receiver_fn, the early-stopping hooks "
+        "(stop_if_*_hook, make_early_stopping_hook, make_stop_at_checkpoint_step_hook) and "
+        "InMemoryEvaluatorHook. Canned estimators (LinearSDCA, RNNClassifier, KMeans) and logit_fn "
+        "builders are not part of it."
     )
