@@ -223,4 +223,330 @@ RESULTS = {
             [0.680551290512085, 0.3086353540420532, 0.010813302360475063],
         ],
     },
+    "train_and_evaluate_exporters": {
+        "returned": [
+            {
+                "eval_result": {"accuracy": 1.0, "loss": 0.025229930877685547, "global_step": 12},
+                "types": [["accuracy", "float32"], ["global_step", "int64"], ["loss", "float32"]],
+                "export_results": [
+                    ["bytes", ["export", "latest"]],
+                    ["bytes", ["export", "best"]],
+                    None,
+                    ["bytes", ["export", "final"]],
+                ],
+            },
+            {"eval_result": None, "types": None, "export_results": None},
+        ],
+        "exports": {
+            "latest": [
+                {
+                    "export_path": "export/latest",
+                    "checkpoint": "model.ckpt-4",
+                    "global_step": 4,
+                    "final": False,
+                    "path": "export/latest/0",
+                },
+                {
+                    "export_path": "export/latest",
+                    "checkpoint": "model.ckpt-8",
+                    "global_step": 8,
+                    "final": False,
+                    "path": "export/latest/1",
+                },
+                {
+                    "export_path": "export/latest",
+                    "checkpoint": "model.ckpt-12",
+                    "global_step": 12,
+                    "final": True,
+                    "path": "export/latest/2",
+                },
+            ],
+            "best": [
+                {
+                    "export_path": "export/best",
+                    "checkpoint": "model.ckpt-4",
+                    "global_step": 4,
+                    "final": False,
+                    "path": "export/best/0",
+                },
+                {
+                    "export_path": "export/best",
+                    "checkpoint": "model.ckpt-8",
+                    "global_step": 8,
+                    "final": False,
+                    "path": "export/best/1",
+                },
+                {
+                    "export_path": "export/best",
+                    "checkpoint": "model.ckpt-12",
+                    "global_step": 12,
+                    "final": True,
+                    "path": "export/best/2",
+                },
+            ],
+            "best_accuracy": [
+                {
+                    "export_path": "export/best_accuracy",
+                    "checkpoint": "model.ckpt-4",
+                    "global_step": 4,
+                    "final": False,
+                    "path": "export/best_accuracy/0",
+                },
+                {
+                    "export_path": "export/best_accuracy",
+                    "checkpoint": "model.ckpt-8",
+                    "global_step": 8,
+                    "final": False,
+                    "path": None,
+                },
+                {
+                    "export_path": "export/best_accuracy",
+                    "checkpoint": "model.ckpt-12",
+                    "global_step": 12,
+                    "final": True,
+                    "path": None,
+                },
+            ],
+            "final": [
+                {
+                    "export_path": "export/final",
+                    "checkpoint": "model.ckpt-4",
+                    "global_step": 4,
+                    "final": False,
+                    "path": None,
+                },
+                {
+                    "export_path": "export/final",
+                    "checkpoint": "model.ckpt-8",
+                    "global_step": 8,
+                    "final": False,
+                    "path": None,
+                },
+                {
+                    "export_path": "export/final",
+                    "checkpoint": "model.ckpt-12",
+                    "global_step": 12,
+                    "final": True,
+                    "path": "export/final/0",
+                },
+            ],
+        },
+        "kept": {
+            "latest": ["export/latest/1", "export/latest/2"],
+            "best": ["export/best/1", "export/best/2"],
+            "best_accuracy": ["export/best_accuracy/0"],
+            "final": ["export/final/0"],
+        },
+        "export_predictions": {
+            "export/latest/1": [
+                [0.895449, 0.010916, 0.072091, 0.017223, 0.004322],
+                [0.913401, 0.00775, 0.022805, 0.052474, 0.003571],
+            ],
+            "export/latest/2": [
+                [0.906581, 0.008183, 0.069887, 0.012487, 0.002862],
+                [0.933993, 0.00553, 0.019332, 0.03871, 0.002435],
+            ],
+            "export/best/1": [
+                [0.895449, 0.010916, 0.072091, 0.017223, 0.004322],
+                [0.913401, 0.00775, 0.022805, 0.052474, 0.003571],
+            ],
+            "export/best/2": [
+                [0.906581, 0.008183, 0.069887, 0.012487, 0.002862],
+                [0.933993, 0.00553, 0.019332, 0.03871, 0.002435],
+            ],
+            "export/best_accuracy/0": [
+                [0.628708, 0.09367, 0.203595, 0.054791, 0.019236],
+                [0.64993, 0.062951, 0.098145, 0.174197, 0.014777],
+            ],
+            "export/final/0": [
+                [0.906581, 0.008183, 0.069887, 0.012487, 0.002862],
+                [0.933993, 0.00553, 0.019332, 0.03871, 0.002435],
+            ],
+        },
+        "evaluations": [
+            [4, {"accuracy": 1.0, "loss": 0.16414374113082886}],
+            [8, {"accuracy": 1.0, "loss": 0.04347223415970802}],
+            [12, {"accuracy": 1.0, "loss": 0.025229930877685547}],
+        ],
+        "checkpoints": [0, 4, 8, 12],
+    },
+    "train_and_evaluate_throttled": {
+        "returned": [
+            {
+                "eval_result": {"accuracy": 1.0, "loss": 0.023730656132102013, "global_step": 14},
+                "types": [["accuracy", "float32"], ["global_step", "int64"], ["loss", "float32"]],
+                "export_results": [
+                    ["bytes", ["export", "latest"]],
+                    ["bytes", ["export", "best"]],
+                    None,
+                    ["bytes", ["export", "final"]],
+                ],
+            },
+        ],
+        "exports": {
+            "latest": [
+                {
+                    "export_path": "export/latest",
+                    "checkpoint": "model.ckpt-4",
+                    "global_step": 4,
+                    "final": False,
+                    "path": "export/latest/0",
+                },
+                {
+                    "export_path": "export/latest",
+                    "checkpoint": "model.ckpt-14",
+                    "global_step": 14,
+                    "final": True,
+                    "path": "export/latest/1",
+                },
+            ],
+            "best": [
+                {
+                    "export_path": "export/best",
+                    "checkpoint": "model.ckpt-4",
+                    "global_step": 4,
+                    "final": False,
+                    "path": "export/best/0",
+                },
+                {
+                    "export_path": "export/best",
+                    "checkpoint": "model.ckpt-14",
+                    "global_step": 14,
+                    "final": True,
+                    "path": "export/best/1",
+                },
+            ],
+            "best_accuracy": [
+                {
+                    "export_path": "export/best_accuracy",
+                    "checkpoint": "model.ckpt-4",
+                    "global_step": 4,
+                    "final": False,
+                    "path": "export/best_accuracy/0",
+                },
+                {
+                    "export_path": "export/best_accuracy",
+                    "checkpoint": "model.ckpt-14",
+                    "global_step": 14,
+                    "final": True,
+                    "path": None,
+                },
+            ],
+            "final": [
+                {
+                    "export_path": "export/final",
+                    "checkpoint": "model.ckpt-4",
+                    "global_step": 4,
+                    "final": False,
+                    "path": None,
+                },
+                {
+                    "export_path": "export/final",
+                    "checkpoint": "model.ckpt-14",
+                    "global_step": 14,
+                    "final": True,
+                    "path": "export/final/0",
+                },
+            ],
+        },
+        "kept": {
+            "latest": ["export/latest/0", "export/latest/1"],
+            "best": ["export/best/0", "export/best/1"],
+            "best_accuracy": ["export/best_accuracy/0"],
+            "final": ["export/final/0"],
+        },
+        "export_predictions": {
+            "export/latest/0": [
+                [0.628708, 0.09367, 0.203595, 0.054791, 0.019236],
+                [0.64993, 0.062951, 0.098145, 0.174197, 0.014777],
+            ],
+            "export/latest/1": [
+                [0.927066, 0.005904, 0.054347, 0.010562, 0.002122],
+                [0.949079, 0.003766, 0.014154, 0.031237, 0.001765],
+            ],
+            "export/best/0": [
+                [0.628708, 0.09367, 0.203595, 0.054791, 0.019236],
+                [0.64993, 0.062951, 0.098145, 0.174197, 0.014777],
+            ],
+            "export/best/1": [
+                [0.927066, 0.005904, 0.054347, 0.010562, 0.002122],
+                [0.949079, 0.003766, 0.014154, 0.031237, 0.001765],
+            ],
+            "export/best_accuracy/0": [
+                [0.628708, 0.09367, 0.203595, 0.054791, 0.019236],
+                [0.64993, 0.062951, 0.098145, 0.174197, 0.014777],
+            ],
+            "export/final/0": [
+                [0.927066, 0.005904, 0.054347, 0.010562, 0.002122],
+                [0.949079, 0.003766, 0.014154, 0.031237, 0.001765],
+            ],
+        },
+        "evaluations": [
+            [4, {"accuracy": 1.0, "loss": 0.16414374113082886}],
+            [14, {"accuracy": 1.0, "loss": 0.023730656132102013}],
+        ],
+        "checkpoints": [0, 4, 8, 12, 14],
+    },
+    "early_stopping_lower_resume": {
+        "stopped_at": [2, 3],
+        "evaluations": [
+            [2, [["accuracy", 0.78125], ["loss", 0.49409061670303345]]],
+            [3, [["accuracy", 0.875], ["loss", 0.32258617877960205]]],
+        ],
+        "checkpoints": [0, 2, 3],
+    },
+    "early_stopping_higher": {
+        "stopped_at": [6],
+        "evaluations": [
+            [2, [["accuracy", 0.78125], ["loss", 0.49409061670303345]]],
+            [4, [["accuracy", 0.96875], ["loss", 0.14187878370285034]]],
+            [6, [["accuracy", 0.96875], ["loss", 0.10699251294136047]]],
+        ],
+        "checkpoints": [0, 2, 4, 6],
+    },
+    "early_stopping_no_increase_resume": {
+        "stopped_at": [8, 9],
+        "evaluations": [
+            [2, [["accuracy", 0.78125], ["loss", 0.49409061670303345]]],
+            [4, [["accuracy", 0.96875], ["loss", 0.14187878370285034]]],
+            [6, [["accuracy", 0.96875], ["loss", 0.10699251294136047]]],
+            [8, [["accuracy", 0.96875], ["loss", 0.0967547595500946]]],
+            [9, [["accuracy", 1.0], ["loss", 0.09325507283210754]]],
+        ],
+        "checkpoints": [0, 2, 4, 6, 8, 9],
+    },
+    "early_stopping_predicate": {
+        "stopped_at": [3],
+        "evaluations": [
+            [2, [["accuracy", 0.78125], ["loss", 0.49409061670303345]]],
+            [3, [["accuracy", 0.9375], ["loss", 0.21727250516414642]]],
+        ],
+        "checkpoints": [0, 2, 3],
+    },
+    "in_memory_evaluator": {
+        "stopped_at": [12],
+        "in_memory": [
+            [0, [["accuracy", 0.1875], ["loss", 2.055861711502075]]],
+            [3, [["accuracy", 0.9375], ["loss", 0.21727250516414642]]],
+            [6, [["accuracy", 0.96875], ["loss", 0.10699251294136047]]],
+            [9, [["accuracy", 1.0], ["loss", 0.09325507283210754]]],
+            [
+                12,
+                [
+                    ["accuracy", 1.0],
+                    ["accuracy", 1.0],
+                    ["loss", 0.08798427134752274],
+                    ["loss", 0.08798427134752274],
+                ],
+            ],
+        ],
+        "evaluations": [],
+        "checkpoints": [0, 2, 4, 6, 8, 10, 12],
+    },
+    "stop_at_checkpoint_step": {
+        "stopped_at": [5],
+        "hook_type": "StopAtStepHook",
+        "evaluations": [],
+        "checkpoints": [0, 2, 4, 5],
+    },
 }

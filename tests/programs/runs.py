@@ -56,4 +56,29 @@ RUNS = {
     "resnet_graph_mode_no_bn": Run("resnet_graph_mode", ("--batch_norm=false",)),
     "bert_compat_v1_namespace": Run("bert_compat_v1_namespace", differences={
         path: {"hook_losses_run": (3, HOOKS_PER_LOOP)} for path in ("tpu", "mirrored")}),
+    # train_and_evaluate (training.py) with Latest/Best/Final exporters: every save evaluated and
+    # exported, old exports collected; a second call at max_steps returns (None, None).
+    "train_and_evaluate_exporters": Run("train_and_evaluate_exporters", ("--resume",), differences={
+        "all": {"checkpoints": ([4, 8, 12], NO_STEP_0_CHECKPOINT)}}),
+    # throttle_secs longer than the run: the first save and the last step are evaluated.
+    "train_and_evaluate_throttled": Run(
+        "train_and_evaluate_exporters", ("--throttle_secs=100000", "--train_steps=14"), paths=("cpu", "tpu"),
+        differences={"all": {"checkpoints": ([4, 8, 12, 14], NO_STEP_0_CHECKPOINT)}}),
+    # tf.estimator.experimental hooks (early_stopping.py), one run per step (iterations_per_loop=1).
+    "early_stopping_lower_resume": Run(
+        "early_stopping_hooks", ("--hook=lower", "--resume"), paths=("cpu", "tpu"),
+        differences={"all": {"checkpoints": ([2, 3], NO_STEP_0_CHECKPOINT)}}),
+    "early_stopping_higher": Run("early_stopping_hooks", ("--hook=higher",), paths=("cpu",), differences={
+        "all": {"checkpoints": ([2, 4, 6], NO_STEP_0_CHECKPOINT)}}),
+    "early_stopping_no_increase_resume": Run(
+        "early_stopping_hooks", ("--hook=no_increase", "--resume"),
+        differences={"all": {"checkpoints": ([2, 4, 6, 8, 9], NO_STEP_0_CHECKPOINT)}}),
+    "early_stopping_predicate": Run(
+        "early_stopping_hooks", ("--hook=predicate",), paths=("cpu", "mirrored"),
+        differences={"all": {"checkpoints": ([2, 3], NO_STEP_0_CHECKPOINT)}}),
+    "in_memory_evaluator": Run("early_stopping_hooks", ("--hook=in_memory",), differences={
+        "all": {"checkpoints": ([2, 4, 6, 8, 10, 12], NO_STEP_0_CHECKPOINT)}}),
+    "stop_at_checkpoint_step": Run(
+        "early_stopping_hooks", ("--hook=checkpoint_step",), paths=("cpu",),
+        differences={"all": {"checkpoints": ([2, 4, 5], NO_STEP_0_CHECKPOINT)}}),
 }
