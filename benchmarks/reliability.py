@@ -38,7 +38,7 @@ checks that the latest checkpoint never goes back, and lists model_dir.
 A save left unfinished shows as a new `_temp` / tempstate /
 `checkpoint.tmp` name or as a bundle newer than the state file names.
 Expected names: `checkpoint`, `model.ckpt-<N>.index`,
-`model.ckpt-<N>.data-<i>-of-<n>`, `events.out.tfevents.*`, `graph.pbtxt`,
+`model.ckpt-<N>.data-<i>-of-<n>`, `model.ckpt-<N>.meta`, `events.out.tfevents.*`, `graph.pbtxt`,
 directories `eval*`, and the trainer's lock `keras_tpu_estimator.lock`
 (counted apart: a killed trainer leaves it for the next start to take over).
 Anything else (`model.ckpt-6_temp/`, `*.tempstate*`, `checkpoint.tmp*`) is a
@@ -70,7 +70,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK = "keras_tpu_estimator.lock"
 EXPECTED_FILES = re.compile(
     r"checkpoint|graph\.pbtxt|events\.out\.tfevents\..*"
-    r"|model\.ckpt-\d+\.index|model\.ckpt-\d+\.data-\d+-of-\d+"
+    r"|model\.ckpt-\d+\.index|model\.ckpt-\d+\.data-\d+-of-\d+|model\.ckpt-\d+\.meta"
 )
 SAVING = re.compile(r"_temp$|\.tempstate|^checkpoint\.tmp")  # a save was in flight
 TOLERANCE = 1e-6
@@ -239,6 +239,8 @@ def classify(model_dir: str) -> tuple[list[str], list[str], bool]:
             strays.append(name)
         elif ".data-" in name and name.split(".data-")[0] not in indexes:
             orphans.append(name)  # a data file whose index is gone (e.g. a kill mid-deletion)
+        elif name.endswith(".meta") and name[: -len(".meta")] not in indexes:
+            orphans.append(name)  # a .meta written before its index (a kill mid-save)
     return strays, orphans, LOCK in names
 
 

@@ -32,6 +32,7 @@ from keras_tpu_estimator.checkpoints import (
 from keras_tpu_estimator.config import check_positive_int
 from keras_tpu_estimator.export import export_saved_model
 from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.meta_graph import meta_graph_bytes
 from keras_tpu_estimator.model_dir import (
     check_model_dir,
     remove_leftovers,
@@ -120,6 +121,10 @@ class CheckpointSaver(keras.callbacks.Callback):
         listeners: `tf.compat.v1.train.CheckpointSaverListener`s: `begin()` at the
             start, `before_save` / `after_save(session, step)` around every save
             (an `after_save` returning True stops training, as in TF1) and `end`.
+        save_graph_def: Write `model.ckpt-<step>.meta` with each checkpoint, as
+            TPUEstimator's `Saver` did (`RunConfig.checkpoint_save_graph_def`):
+            a TF1 meta graph of the checkpoint's variables and its saver, for
+            `tf.compat.v1.train.import_meta_graph` (see `meta_graph.py`).
 
     Example:
 
@@ -136,8 +141,10 @@ class CheckpointSaver(keras.callbacks.Callback):
         max_to_keep: int | None = 5,
         keep_checkpoint_every_n_hours: float | None = None,
         listeners: list | None = None,
+        save_graph_def: bool = True,
     ):
         super().__init__()
+        self.save_graph_def = save_graph_def
         self.listeners = list(listeners or [])
         for listener in self.listeners:
             if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
@@ -180,11 +187,12 @@ class CheckpointSaver(keras.callbacks.Callback):
             if self._temporary is None:
                 set_aside_newer(self._directory, self.model.global_step)
                 rewrite_state(self._directory)
+            variables = self.model.checkpoint_variables
+            meta = None
+            if self.save_graph_def:  # built once per model's variables (cached), not per save
+                meta = meta_graph_bytes(variables, self.max_to_keep, self.keep_checkpoint_every_n_hours)
             self._keeper = CheckpointKeeper(
-                self._directory,
-                self.model.checkpoint_variables,
-                self.max_to_keep,
-                self.keep_checkpoint_every_n_hours,
+                self._directory, variables, self.max_to_keep, self.keep_checkpoint_every_n_hours, meta
             )
         return self._keeper
 

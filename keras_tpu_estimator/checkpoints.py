@@ -11,6 +11,9 @@ A checkpoint here is a TensorFlow V2 bundle (`model.ckpt-<step>.index` and
 module only writes and reads the bundle. A bundle is written under a temporary
 prefix and merged into place (`MergeV2Checkpoints`), and the state file is
 updated only after that, so `latest_checkpoint` never names a partial write.
+The `.meta` TPUEstimator's `Saver` wrote beside each checkpoint
+(`meta_graph.py`) is written before the merge: a checkpoint (an index) always
+has its `.meta`, and a `.meta` without an index is a leftover.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.meta_graph import META_SUFFIX
 
 CHECKPOINT_NAME = "model.ckpt"
 
@@ -57,11 +61,14 @@ def _reason(error: BaseException) -> str:
     return getattr(error, "message", None) or str(error) or type(error).__name__
 
 
-def write_checkpoint(prefix: str, variables: Mapping[str, Any]) -> str:
+def write_checkpoint(prefix: str, variables: Mapping[str, Any], meta_graph: bytes | None = None) -> str:
     """Writes `{name: variable}` as a V2 bundle at `prefix`; returns `prefix`.
 
     The shards are written under `<prefix>_temp/` and merged into place; a
     failed write (a full disk) removes them and raises naming `prefix`.
+    `meta_graph` (serialized, see `meta_graph.meta_graph_bytes`) is written to
+    `<prefix>.meta` before the merge writes the index, so a checkpoint always
+    has it.
 
     Example:
 
@@ -71,23 +78,36 @@ def write_checkpoint(prefix: str, variables: Mapping[str, Any]) -> str:
     """
     names = sorted(variables)
     temporary = f"{prefix}_temp/part"
+    rewriting = meta_graph is not None and tf.io.gfile.exists(prefix + ".index")  # its .meta is not ours to remove
     try:
         with tf.device("/cpu:0"):
             tensors = [tf.convert_to_tensor(variables[name]) for name in names]
             tf.raw_ops.SaveV2(
                 prefix=temporary, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors
             )
+            if meta_graph is not None:
+                with tf.io.gfile.GFile(prefix + META_SUFFIX, "wb") as file:
+                    file.write(meta_graph)
             tf.raw_ops.MergeV2Checkpoints(
                 checkpoint_prefixes=[temporary], destination_prefix=prefix, delete_old_dirs=True
             )
     except tf.errors.OpError as error:
         if tf.io.gfile.exists(f"{prefix}_temp"):
             tf.io.gfile.rmtree(f"{prefix}_temp")
+        if meta_graph is not None and not rewriting:
+            _remove_if_exists(prefix + META_SUFFIX)
         raise type(error)(
             None, None, f"Could not write the checkpoint {prefix} (its partial files were removed): "
             f"{error.message}. Check that the directory exists, is writable and has space."
         ) from error
     return prefix
+
+
+def _remove_if_exists(path: str) -> None:
+    try:
+        tf.io.gfile.remove(path)
+    except tf.errors.NotFoundError:
+        pass
 
 
 def open_checkpoint(path: str) -> tuple[Any, dict[str, list[int]]]:
@@ -244,6 +264,8 @@ class CheckpointKeeper:
         variables: `{TF1 name: variable}` to save and restore.
         max_to_keep: `keep_checkpoint_max` (None keeps all).
         keep_checkpoint_every_n_hours: Also keep one checkpoint per this many hours.
+        meta_graph: A serialized `MetaGraphDef` written as `model.ckpt-<step>.meta`
+            with every checkpoint (`meta_graph.meta_graph_bytes`), or None for none.
 
     Example:
 
@@ -260,11 +282,12 @@ class CheckpointKeeper:
         variables: Mapping[str, Any],
         max_to_keep: int | None = 5,
         keep_checkpoint_every_n_hours: float | None = None,
+        meta_graph: bytes | None = None,
     ):
         self._variables = variables
         self._prefix = os.path.join(model_dir, CHECKPOINT_NAME)
         self._manager = tf.train.CheckpointManager(
-            _compat.checkpoint_for_manager(lambda prefix: write_checkpoint(prefix, variables)),
+            _compat.checkpoint_for_manager(lambda prefix: write_checkpoint(prefix, variables, meta_graph)),
             model_dir,
             max_to_keep=max_to_keep or None,
             keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
@@ -275,7 +298,14 @@ class CheckpointKeeper:
         """Writes `model.ckpt-<step>` and records it as the latest."""
         if self._manager.latest_checkpoint == f"{self._prefix}-{step}":
             return self._manager.latest_checkpoint
-        return self._manager.save(checkpoint_number=step)
+        before = set(self._manager.checkpoints)
+        path = self._manager.save(checkpoint_number=step)
+        # The manager deletes the index and data of checkpoints past max_to_keep; their
+        # .meta goes too (one kept by keep_checkpoint_every_n_hours keeps its index, and its .meta).
+        for removed in before - set(self._manager.checkpoints):
+            if not tf.io.gfile.exists(removed + ".index"):
+                _remove_if_exists(removed + META_SUFFIX)
+        return path
 
     @property
     def latest(self) -> str | None:

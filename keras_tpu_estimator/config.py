@@ -283,10 +283,12 @@ class RunConfig:
         tf_random_seed: Global seed set before the model is built.
         train_distribute: A `tf.distribute.Strategy` to run on (with `use_tpu=True`),
             for example a `MultiWorkerMirroredStrategy` created at program start.
+        checkpoint_save_graph_def: Write `model.ckpt-<N>.meta` beside each
+            checkpoint, as the original's Saver did (default True).
         session_config, device_fn, protocol, eval_distribute,
-        experimental_max_worker_delay_secs, session_creation_timeout_secs,
-        checkpoint_save_graph_def: Accepted and ignored (TF1 session settings;
-            evaluation uses the training strategy).
+        experimental_max_worker_delay_secs, session_creation_timeout_secs:
+            Accepted and ignored (TF1 session settings; evaluation uses the
+            training strategy).
 
     The Estimator's read-only properties `task_type`, `task_id`, `is_chief`,
     `num_worker_replicas`, `num_ps_replicas`, `global_id_in_cluster` and

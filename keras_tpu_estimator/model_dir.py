@@ -26,12 +26,14 @@ import tensorflow as tf
 
 from keras_tpu_estimator.checkpoints import CHECKPOINT_NAME
 from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.meta_graph import META_SUFFIX
 from keras_tpu_estimator.model_dir_lock import LOCK_FILE
 
 _log = get_logger(__name__)
 
 _INDEX = re.compile(rf"^{re.escape(CHECKPOINT_NAME)}-(\d+)\.index$")
 _DATA = re.compile(rf"^{re.escape(CHECKPOINT_NAME)}-(\d+)\.data-\d+-of-\d+$")
+_META = re.compile(rf"^{re.escape(CHECKPOINT_NAME)}-(\d+){re.escape(META_SUFFIX)}$")  # written before the index
 _LEFTOVERS = (
     re.compile(rf"^{re.escape(CHECKPOINT_NAME)}-\d+_temp/?$"),  # write_checkpoint's shards before the merge
     re.compile(rf"^{re.escape(CHECKPOINT_NAME)}-\d+\..*tempstate\d*$"),  # TensorFlow's file writes
@@ -121,8 +123,8 @@ def remove_leftovers(model_dir: str) -> list[str]:
     """Removes what interrupted saves left in `model_dir`; returns the names removed.
 
     Only temporary names of this library and of TensorFlow's writes, and data
-    files of a checkpoint that never got its index (the index is written
-    last), are removed. Call it only as the single writer of `model_dir`.
+    and `.meta` files of a checkpoint that never got its index (the index is
+    written last), are removed. Call it only as the single writer of `model_dir`.
     """
     if not tf.io.gfile.isdir(model_dir):
         return []
@@ -130,8 +132,8 @@ def remove_leftovers(model_dir: str) -> list[str]:
     indexed = {m.group(1) for m in map(_INDEX.match, names) if m}
     removed = []
     for name in names:
-        data = _DATA.match(name)
-        if any(p.match(name) for p in _LEFTOVERS) or (data and data.group(1) not in indexed):
+        part = _DATA.match(name) or _META.match(name)
+        if any(p.match(name) for p in _LEFTOVERS) or (part and part.group(1) not in indexed):
             path = f"{model_dir.rstrip('/')}/{name.rstrip('/')}"
             if tf.io.gfile.isdir(path):
                 tf.io.gfile.rmtree(path)
@@ -156,10 +158,14 @@ def set_aside_newer(model_dir: str, step: int) -> list[str]:
         if _step(prefix) <= step:
             continue
         directory, base = prefix.rsplit("/", 1)
-        for name in tf.io.gfile.listdir(directory):
-            if name == f"{base}.index" or name.startswith(f"{base}.data-"):
-                suffix = name[len(base):]
-                tf.io.gfile.rename(f"{directory}/{name}", f"{directory}/{base}.set-aside-{stamp}{suffix}")
+        parts = [
+            name for name in tf.io.gfile.listdir(directory)
+            if name.startswith(f"{base}.data-") or name == f"{base}{META_SUFFIX}"
+        ]
+        # The index last: until it moves the checkpoint is whole, and nothing is a leftover.
+        for name in [*parts, f"{base}.index"]:
+            suffix = name[len(base):]
+            tf.io.gfile.rename(f"{directory}/{name}", f"{directory}/{base}.set-aside-{stamp}{suffix}")
         moved.append(prefix)
     if moved:
         _log.warning(

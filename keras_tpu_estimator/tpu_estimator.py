@@ -228,6 +228,7 @@ class TPUEstimator:
             max_to_keep=config.keep_checkpoint_max,
             keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
             listeners=listeners,
+            save_graph_def=config.checkpoint_save_graph_def,
         )
 
     def _check_sliced(self, on_tpu: bool) -> None:
