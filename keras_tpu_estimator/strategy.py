@@ -70,12 +70,18 @@ def resolve_strategy(
 
 
 def _tf_config_tasks() -> int:
-    """Workers (and chief) listed in the `TF_CONFIG` environment variable."""
+    """Workers (and chief) listed in the `TF_CONFIG` environment variable; 0 for an `evaluator` task.
+
+    An evaluator is not part of the training cluster (it evaluates checkpoints
+    on its own), so it runs on a local strategy.
+    """
     try:
-        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+        tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     except ValueError as error:
         raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from None
-    return _count_workers(cluster)
+    if (tf_config.get("task") or {}).get("type") == "evaluator":
+        return 0
+    return _count_workers(tf_config.get("cluster", {}))
 
 
 def _count_workers(cluster: dict) -> int:
