@@ -8,11 +8,13 @@ Batch arithmetic comes from `strategy.py`.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import tensorflow as tf
 
 from keras_tpu_estimator.config import InputPipelineConfig
+from keras_tpu_estimator.graph_input import GraphInput, is_tensor_input
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.spec import InputFn, ModeKeys, function_args
 
@@ -45,8 +47,23 @@ def call_input_fn(
     """Calls `input_fn` with the arguments it declares; returns a `tf.data.Dataset`.
 
     `params` must be a fresh dict for this call (the caller copies it).
-    Tensors (the TF1 style) become a dataset that repeats them, except where
-    the original required a dataset on the TPU path (`PER_HOST_V2`, PREDICT).
+    Tensors (the TF1 style: `make_one_shot_iterator(dataset).get_next()`) are
+    run as TF1 ran them: `input_fn` is called again in a graph of its own, and
+    the dataset yields the tensors' values of one `session.run` after another
+    until `OutOfRangeError` (`graph_input.py`). An `input_fn` that fails
+    eagerly for being TF1-only (`make_initializable_iterator`, queues) goes
+    straight to the graph. Tensors are refused where the original's TPU
+    path required a dataset (`PER_HOST_V2`, PREDICT).
+
+    Example:
+
+    ```python
+    def input_fn(params):
+        dataset = tf.data.Dataset.range(8).batch(params["batch_size"])
+        return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+
+    [int(b[0]) for b in call_input_fn(input_fn, "train", {"batch_size": 4}, None)]   # [0, 4]
+    ```
 
     Raises:
         ValueError: `input_fn` has no `params` argument.
@@ -66,20 +83,38 @@ def call_input_fn(
         kwargs["config"] = config
     if "input_context" in args:
         kwargs["input_context"] = input_context
-    result = input_fn(**kwargs)
+    first_params = copy.copy(params)  # as this call saw them, for each build in a graph
+
+    def build() -> Any:
+        return input_fn(**{**kwargs, "params": copy.copy(first_params)})
+
+    try:
+        result = input_fn(**kwargs)
+    except RuntimeError as error:
+        if "eager" not in str(error).lower():
+            raise
+        _log.info("input_fn cannot run eagerly (%s); calling it in a TF1 graph.", error)
+        graph_input = GraphInput(build)
+        if not graph_input.from_dataset:
+            _check_tensors_allowed(mode, config, use_tpu)
+        return graph_input.dataset()
     if isinstance(result, tf.data.Dataset):
         return result
+    _check_tensors_allowed(mode, config, use_tpu)
+    if not is_tensor_input(result):
+        raise TypeError(
+            "`input_fn` must return a tf.data.Dataset (or features / (features, labels) "
+            f"tensors). Received: {type(result).__name__}."
+        )
+    return GraphInput(build).dataset()
+
+
+def _check_tensors_allowed(mode: str, config: Any, use_tpu: bool) -> None:
+    """The original's TypeErrors for tensors where its TPU path required a dataset."""
     if use_tpu and config.tpu_config.per_host_input_for_training == InputPipelineConfig.PER_HOST_V2:
         raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
     if use_tpu and mode == ModeKeys.PREDICT:
         raise TypeError("For mode PREDICT, `input_fn` must return `Dataset` instead of `features` and `labels`.")
-    try:
-        return tf.data.Dataset.from_tensors(result).repeat()
-    except (TypeError, ValueError) as error:
-        raise TypeError(
-            "`input_fn` must return a tf.data.Dataset (or features / (features, labels) "
-            f"tensors). Received: {type(result).__name__}."
-        ) from error
 
 
 def batch_tensor(data: Any) -> Any:
