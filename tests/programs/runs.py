@@ -81,4 +81,12 @@ RUNS = {
     "stop_at_checkpoint_step": Run(
         "early_stopping_hooks", ("--hook=checkpoint_step",), paths=("cpu",),
         differences={"all": {"checkpoints": ([2, 4, 5], NO_STEP_0_CHECKPOINT)}}),
+    # input_fns that return get_next() tensors. The default eval input ends with a 4-row batch:
+    # on 'tpu' it is padded inside one replica (README: Padding), so that path evaluates 24 rows.
+    "mnist_tensor_input": Run("mnist_tensor_input", paths=("cpu", "mirrored")),
+    "mnist_tensor_input_24": Run("mnist_tensor_input", ("--eval_rows=24",), paths=("tpu",)),
+    "mnist_tensor_input_graph_mode": Run("mnist_tensor_input", ("--graph_mode", "--eval_rows=24")),
+    # The best checkpoint kept with its .meta and loaded by import_meta_graph.
+    "albert_best_checkpoint": Run("albert_best_checkpoint", paths=("cpu", "mirrored")),
+    "albert_best_checkpoint_graph_mode": Run("albert_best_checkpoint", ("--graph_mode",), paths=("cpu",)),
 }
