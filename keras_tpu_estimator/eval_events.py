@@ -18,6 +18,7 @@ for step, metrics in evaluations(os.path.join(model_dir, "eval", "*.tfevents.*")
 from __future__ import annotations
 
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -42,12 +43,17 @@ def _scalar(value: tf.compat.v1.Summary.Value) -> float | None:
     return None
 
 
+def _creation_order(path: str) -> list:
+    """Sort key: `events.out.tfevents.<time>.<host>[.<pid>.<count>.v2]` by its numbers, as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", os.path.basename(path))]
+
+
 def evaluations(file_pattern: str) -> Iterator[tuple[int, dict[str, float]]]:
     """Yields `(global_step, {tag: value})` per evaluation found in the event files matching `file_pattern`.
 
-    Files are read in name order (the writer's creation time); a corrupt
-    record ends that file's reading with a warning, as the original's early
-    stopping did.
+    Files are read in the order their writers were made (the time and
+    counter in their names); a corrupt record ends that file's reading with
+    a warning, as the original's early stopping did.
 
     Example:
 
@@ -55,7 +61,7 @@ def evaluations(file_pattern: str) -> Iterator[tuple[int, dict[str, float]]]:
     list(evaluations("/tmp/m/eval/*.tfevents.*"))   # [(4, {"loss": 0.16, "accuracy": 1.0}), ...]
     ```
     """
-    for path in sorted(tf.io.gfile.glob(file_pattern)):
+    for path in sorted(tf.io.gfile.glob(file_pattern), key=_creation_order):
         step, metrics = None, {}
         try:
             with quiet_deprecations():

@@ -338,10 +338,17 @@ def _evaluate_continuously(estimator: Any, train_spec: TrainSpec, eval_spec: Eva
             )
 
 
+def _jobs(cluster_spec: Any) -> dict:
+    """`{job: tasks}` of a cluster spec given as a dict or a `tf.train.ClusterSpec`."""
+    if hasattr(cluster_spec, "as_dict"):
+        return cluster_spec.as_dict()
+    return dict(cluster_spec or {})
+
+
 def _run_task(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> None:
     """What TF_CONFIG's task does in a distributed job (see the module docstring)."""
     config = estimator.config
-    task_type, cluster = config.task_type, dict(config.cluster_spec or {})
+    task_type, cluster = config.task_type, _jobs(config.cluster_spec)
     if not task_type:
         raise ValueError(
             "`estimator.config` must have task_type set. This usually means TF_CONFIG environment is not "
