@@ -40,6 +40,7 @@ import tensorflow as tf
 from keras_tpu_estimator.checkpoints import write_checkpoint
 from keras_tpu_estimator.eval_events import read_eval_metrics
 from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.nested_evaluation import evaluating_during_training
 from keras_tpu_estimator.spec import check_hooks
 from keras_tpu_estimator.strategy import any_worker, is_chief, num_workers
 
@@ -317,9 +318,11 @@ class InMemoryEvaluatorHook(_Run):
         try:
             checkpoint = write_checkpoint(f"{snapshot}/model.ckpt-{self.model.global_step}",
                                           self.model.checkpoint_variables)
-            self._estimator.evaluate(
-                self._input_fn, steps=self._steps, hooks=self._hooks, checkpoint_path=checkpoint, name=self._name
-            )
+            with evaluating_during_training():  # training's random sequences go on, as in the original
+                self._estimator.evaluate(
+                    self._input_fn, steps=self._steps, hooks=self._hooks, checkpoint_path=checkpoint,
+                    name=self._name,
+                )
         finally:
             shutil.rmtree(snapshot, ignore_errors=True)
         self._timer.update_last_triggered_step(self._iter_count)

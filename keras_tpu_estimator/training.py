@@ -43,6 +43,7 @@ import tensorflow as tf
 from keras_tpu_estimator.exporters import Exporter
 from keras_tpu_estimator.graph_mode import eager_call
 from keras_tpu_estimator.logs import get_logger
+from keras_tpu_estimator.nested_evaluation import evaluating_during_training
 
 _log = get_logger(__name__)
 _ESTIMATOR_API = ("train", "evaluate", "export_saved_model", "latest_checkpoint", "model_dir", "config")
@@ -275,7 +276,8 @@ class _EvaluateAfterSave(tf.compat.v1.train.CheckpointSaverListener):
 
     def _evaluate(self, global_step_value: int) -> None:
         self._timer.update_last_triggered_step(global_step_value)
-        status, metrics, exports = self._evaluator.evaluate_and_export()
+        with evaluating_during_training():  # training's random sequences go on, as in the original
+            status, metrics, exports = self._evaluator.evaluate_and_export()
         if status != EVALUATED:  # training always ends on a new checkpoint
             raise RuntimeError(f"There was no new checkpoint after the training. Eval status: {status}")
         self.eval_result, self.export_results = metrics, exports

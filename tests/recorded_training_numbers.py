@@ -165,6 +165,28 @@ DEFAULTS = {
         "evaluations": [[4, 0.16777212917804718]],
         "kept": 1,
     },
+    "train_and_evaluate, dropout under tf_random_seed": [
+        [
+            0.20432962477207184,
+            0.20281536877155304,
+            0.32547423243522644,
+            0.27457135915756226,
+            0.19113542139530182,
+            0.19244202971458435,
+            0.17052718997001648,
+            0.3026936650276184,
+        ],
+        [
+            0.20432962477207184,
+            0.20281536877155304,
+            0.32547423243522644,
+            0.27457135915756226,
+            0.19113542139530182,
+            0.19244202971458435,
+            0.17052718997001648,
+            0.3026936650276184,
+        ],
+    ],
     "BestExporter over earlier evaluations": {
         "calls": [
             ["bytes", "export/best/<t>"],
@@ -194,6 +216,24 @@ DEFAULTS = {
     "stop_if_lower_hook with evaluations on disk": 2,
     "stop_if_higher_hook, iterations_per_loop=4 on the CPU path": 2,
     "stop_if_no_decrease_hook and min_steps, every step": [2, 5, 8],
+    "InMemoryEvaluatorHook, dropout under tf_random_seed": {
+        "kernel": [
+            0.20432962477207184,
+            0.20281536877155304,
+            0.32547423243522644,
+            0.27457135915756226,
+            0.19113542139530182,
+            0.19244202971458435,
+            0.17052718997001648,
+            0.3026936650276184,
+        ],
+        "evaluations": [
+            [0, 2.447579860687256],
+            [3, 1.3761281967163086],
+            [6, 0.5607379674911499],
+            [8, 0.5237229466438293],
+        ],
+    },
     "InMemoryEvaluatorHook, every 2 runs": {
         "evaluations": [
             [0, 1.0],

@@ -17,7 +17,7 @@ LAYERS = {
     "callbacks": 6, "restore": 6,
     "tpu_estimator": 7,
     # train_and_evaluate, its exporters and the experimental hooks drive the facade through its public methods
-    "eval_events": 2, "exporters": 7.5, "early_stopping": 7.5, "training": 7.6,
+    "eval_events": 2, "nested_evaluation": 2, "exporters": 7.5, "early_stopping": 7.5, "training": 7.6,
     "estimator": 8,  # the package laid out like tf.compat.v1.estimator
     "install": 9,  # the old names resolve to this library
     "__main__": 10,  # python -m keras_tpu_estimator SCRIPT

@@ -23,6 +23,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 try:
@@ -262,6 +263,47 @@ def _evaluator_after_training(api):
     return {"returned": returned, "evaluations": eval_steps(estimator.eval_dir()), "kept": kept(api, "final")}
 
 
+def dropout_estimator(api: Any, directory: str) -> Any:
+    """A dense network with dropout in TRAIN, seeded by `tf_random_seed=3`; saves every 2 of 2-step loops."""
+    est = api.estimator
+
+    def model_fn(features, labels, mode, params):
+        init = tf.compat.v1.constant_initializer(0.1)
+        hidden = tf.compat.v1.layers.dense(features["x"], 8, kernel_initializer=init, name="hidden")
+        if mode == est.ModeKeys.TRAIN:
+            hidden = tf.compat.v1.nn.dropout(hidden, rate=0.5)
+        output = tf.compat.v1.layers.dense(hidden, 1, kernel_initializer=init, name="output")
+        loss = tf.reduce_mean(tf.square(output - labels))
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            loss, global_step=tf.compat.v1.train.get_global_step())
+        return est.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    config = est.tpu.RunConfig(model_dir=os.path.join(api.model_dir, directory), save_checkpoints_steps=2,
+                               tf_random_seed=3, tpu_config=est.tpu.TPUConfig(iterations_per_loop=2))
+    return est.tpu.TPUEstimator(model_fn, config=config, use_tpu=False, train_batch_size=8, eval_batch_size=8)
+
+
+def dropout_input_fn(params):
+    x = np.random.RandomState(0).randn(64, 4).astype(np.float32)
+    dataset = tf.data.Dataset.from_tensor_slices(({"x": x}, x[:, :1]))
+    return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
+
+
+@_default("train_and_evaluate, dropout under tf_random_seed")
+def _dropout_train_and_evaluate(api):
+    """Evaluations between the saves leave training's dropout masks as they were: train alone's weights."""
+    kernels = []
+    for directory in ("train", "train_and_evaluate"):
+        estimator = dropout_estimator(api, directory)
+        if directory == "train":
+            estimator.train(dropout_input_fn, max_steps=8)
+        else:
+            api.estimator.train_and_evaluate(estimator, api.estimator.TrainSpec(dropout_input_fn, max_steps=8),
+                                             api.estimator.EvalSpec(dropout_input_fn, steps=1, throttle_secs=0))
+        kernels.append([float(v) for v in estimator.get_variable_value("output/kernel").ravel()])
+    return kernels
+
+
 # --- exporters ------------------------------------------------------------------------------------
 
 def _best(api, **kwargs):
@@ -443,6 +485,15 @@ def _stop_if_no_decrease(api):
         estimator.train(repeated_input_fn, steps=3, hooks=[hook])
         stopped.append(int(estimator.get_variable_value("global_step")))
     return stopped
+
+
+@_default("InMemoryEvaluatorHook, dropout under tf_random_seed")
+def _dropout_in_memory(api):
+    estimator = dropout_estimator(api, "in_memory")
+    hook = api.estimator.experimental.InMemoryEvaluatorHook(estimator, dropout_input_fn, steps=1, every_n_iter=3)
+    estimator.train(dropout_input_fn, max_steps=8, hooks=[hook])
+    return {"kernel": [float(v) for v in estimator.get_variable_value("output/kernel").ravel()],
+            "evaluations": eval_steps(estimator.eval_dir())}
 
 
 @_default("InMemoryEvaluatorHook, every 2 runs")
