@@ -23,6 +23,8 @@ eval_spec = EvalSpec(eval_input_fn, steps=10, exporters=[exporter])
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import time
 from collections.abc import Callable
@@ -32,7 +34,6 @@ import tensorflow as tf
 
 from keras_tpu_estimator.eval_events import evaluations
 from keras_tpu_estimator.logs import get_logger
-from keras_tpu_estimator.spec import function_args
 
 _log = get_logger(__name__)
 CompareFn = Callable[..., bool]
@@ -200,10 +201,21 @@ def _loss_smaller(best_eval_result: dict, current_eval_result: dict) -> bool:
     return best_eval_result["loss"] > current_eval_result["loss"]
 
 
+def _positional_args(fn: Callable[..., Any]) -> list[str]:
+    """The arguments the original's `fn_args` saw: positional ones, less what a `functools.partial` binds."""
+    if isinstance(fn, functools.partial):
+        return [a for a in _positional_args(fn.func)[len(fn.args):] if a not in (fn.keywords or {})]
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    try:
+        return [p.name for p in inspect.signature(fn).parameters.values() if p.kind in kinds]
+    except (TypeError, ValueError):
+        return []
+
+
 def _check_compare_fn(compare_fn: CompareFn | None) -> None:
     if compare_fn is None:
         raise ValueError("`compare_fn` must not be None.")
-    args = set(function_args(compare_fn, named_only=True))
+    args = set(_positional_args(compare_fn))
     for needed in ("best_eval_result", "current_eval_result"):
         if needed not in args:
             raise ValueError(f"compare_fn ({compare_fn}) must include {needed} argument.")

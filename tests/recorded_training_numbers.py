@@ -187,6 +187,13 @@ DEFAULTS = {
             0.3026936650276184,
         ],
     ],
+    "BestExporter.compare_fn as a partial, keyword-only and callable object": [
+        "best",
+        "compare_fn (functools.partial(<function _compare at 0x...>, key='f1', best_eval_result=None)) must include best_eval_result argument.",
+        "compare_fn (functools.partial(<function _compare at 0x...>, {'f1': 0.0}, key='f1')) must include best_eval_result argument.",
+        "best",
+        "best",
+    ],
     "BestExporter over earlier evaluations": {
         "calls": [
             ["bytes", "export/best/<t>"],

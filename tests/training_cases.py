@@ -16,6 +16,7 @@ writes `tests/recorded_training_numbers.py`; `tests/test_training.py`,
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -320,6 +321,33 @@ _error("BestExporter.compare_fn without current_eval_result")(
     lambda api: _best(api, compare_fn=lambda best_eval_result: True))
 _error("BestExporter.compare_fn with other arguments")(
     lambda api: _best(api, compare_fn=lambda best_eval_result, current_eval_result, margin: True))
+
+
+def _compare(best_eval_result, current_eval_result, key):
+    return current_eval_result[key] > best_eval_result[key]
+
+
+def _compare_keyword_only(best_eval_result, current_eval_result, *, key="loss"):
+    return current_eval_result[key] < best_eval_result[key]
+
+
+class _Comparer:
+    def __call__(self, best_eval_result, current_eval_result):
+        return current_eval_result["loss"] < best_eval_result["loss"]
+
+
+@_default("BestExporter.compare_fn as a partial, keyword-only and callable object")
+def _compare_fn_forms(api):
+    """Programs bound the metric with functools.partial (the original's fn_args dropped bound arguments)."""
+    forms = [functools.partial(_compare, key="f1"), functools.partial(_compare, key="f1", best_eval_result=None),
+             functools.partial(_compare, {"f1": 0.0}, key="f1"), _compare_keyword_only, _Comparer()]
+    made = []
+    for compare_fn in forms:
+        try:
+            made.append(_best(api, compare_fn=compare_fn).name)
+        except ValueError as error:
+            made.append(normalise(str(error), api.model_dir))
+    return made
 
 
 def _trained(api, steps=2):
