@@ -88,6 +88,7 @@ class _StopOnPredicate(_Run):
             raise TypeError("`should_stop_fn` must be callable.")
         self.should_stop_fn = should_stop_fn
         self._timer = tf.compat.v1.train.SecondOrStepTimer(every_secs=run_every_secs, every_steps=run_every_steps)
+        self._timed = run_every_secs is not None  # workers' clocks differ: they agree on when to check
         self.max_steps_per_execution: int | None = None
         self.stopped_at: int | None = None  # the global step as the stopping run began
 
@@ -99,7 +100,8 @@ class _StopOnPredicate(_Run):
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         step = self._run_step
-        if not self._agreed(self._timer.should_trigger_for_step(step)):
+        due = self._timer.should_trigger_for_step(step)
+        if not (self._agreed(due) if self._timed else due):  # a step schedule is the same on every worker
             return
         self._timer.update_last_triggered_step(step)
         chief = is_chief(self.model.distribute_strategy)
