@@ -106,6 +106,7 @@ def make_loop_function(
     read_after: Callable[[], tuple[list, Any]] | None = None,
     replica_tail: Callable[[dict], dict] | None = None,
     require_rows: bool = False,
+    host_from_first_replica: bool = False,
 ) -> Callable[[Any, tf.Tensor], ExecutionResult]:
     """Builds `loop(iterator, num_steps) -> ExecutionResult`.
 
@@ -132,6 +133,9 @@ def make_loop_function(
         require_rows: Stop before a batch that gives any local replica no
             rows (an uneven last batch: a `model_fn` mean over no rows is NaN)
             and report it as `ExecutionResult.empty_replica`.
+        host_from_first_replica: Keep the first local replica's host tensors
+            only (the CPU path: the Estimator ran the hooks of replica 0's
+            spec), instead of concatenating every replica's.
 
     Returns:
         A `tf.function`. Call it with an iterator of a distributed dataset and
@@ -167,14 +171,16 @@ def make_loop_function(
             spec,
         )
 
-    def write(arrays: Any, spec: Any, step: Any, values: Any) -> Any:
+    def write(arrays: Any, spec: Any, step: Any, values: Any, first_only: bool = False) -> Any:
         if spec is None:
             return arrays
-        return tf.nest.map_structure(
-            lambda array, value: array.write(step, _concat_replicas(strategy, value)),
-            arrays,
-            values,
-        )
+
+        def gather(value: Any) -> tf.Tensor:
+            if first_only:
+                return strategy.experimental_local_results(value)[0]
+            return _concat_replicas(strategy, value)
+
+        return tf.nest.map_structure(lambda array, value: array.write(step, gather(value)), arrays, values)
 
     def run_replicas(data: Any) -> dict:
         if _compat.is_tpu_strategy(strategy):  # one replica function, no threads
@@ -225,7 +231,7 @@ def make_loop_function(
                     last = tf.where(weight > 0, step_loss, sums[2])
                 new_arrays = (
                     write(arrays[0], output_spec, step, result.get("outputs")),
-                    write(arrays[1], host_spec, step, result.get("host")),
+                    write(arrays[1], host_spec, step, result.get("host"), host_from_first_replica),
                 )
                 new_sums = (sums[0] + step_loss, sums[1] + counted, last)
                 return step + 1, tf.constant(False), new_sums, new_arrays, tf.constant(False)

@@ -69,10 +69,13 @@ class StepMetrics:
         self.eval_metrics_in_step = eval_metrics_in_step
 
     @classmethod
-    def at_build(cls, spec: Any, use_tpu: bool) -> tuple[StepMetrics, dict]:
+    def at_build(cls, spec: Any, use_tpu: bool, replicas: int = 1) -> tuple[StepMetrics, dict]:
         """Checks `spec`'s metrics in the build graph (creating their variables), decides where they run.
 
         Returns the metrics and their `{name: (value, update_op)}` in the build graph.
+        On the CPU path with several `replicas` (`RunConfig(eval_distribute=...)`)
+        they must run in the step, merged over replicas as the Estimator merged
+        `eval_metric_ops`: a `metric_fn` of Keras metrics is refused there.
         """
         metric_ops = _check_pairs(getattr(spec, "eval_metric_ops", None) or {}, "eval_metric_ops")
         if metric_ops and use_tpu:
@@ -91,6 +94,13 @@ class StepMetrics:
             if _is_pairs(result):
                 in_step = True
                 metric_ops.update(result)
+            elif replicas > 1:
+                raise ValueError(
+                    "On the CPU path (use_tpu=False) with several replicas, eval_metrics run in the "
+                    "EVAL step as TF1 metric pairs, merged over replicas as the Estimator merged "
+                    "eval_metric_ops; this metric_fn returns something else (Keras metrics?). Return "
+                    "tf.compat.v1.metrics pairs, or evaluate on one replica or with use_tpu=True."
+                )
         return cls(list(metric_ops), in_step), metric_ops
 
     def pairs(self, spec: Any) -> dict:

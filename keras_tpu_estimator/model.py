@@ -51,8 +51,11 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             `steps_per_execution`.
         use_tpu: `True` runs on the strategy path (TPU if present, else GPUs,
             else the default strategy) with per-replica batches and
-            `params['context']`; `False` runs on the default strategy with the
-            global batch as `params['batch_size']`.
+            `params['context']`; `False` runs on the CPU path, as the
+            Estimator ran: the batch size as `params['batch_size']`, on the
+            default strategy, or on `strategy` / `config.train_distribute`
+            with each replica taking whole batches of the input in turn
+            (`input_fn` gets the strategy's `InputContext`); see `fit`.
         strategy: A `tf.distribute.Strategy` to use instead of resolving one.
         train_batch_size, eval_batch_size, predict_batch_size: Global batch
             sizes, needed when the input is an `input_fn`.
@@ -104,13 +107,13 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
                 f"Received: {type(config).__name__}"
             )
         if not use_tpu:
-            if strategy is not None and strategy.num_replicas_in_sync > 1:
+            # The Estimator's rule: RunConfig(train_distribute=...) runs the CPU path's replicas.
+            strategy = strategy or config.train_distribute or tf.distribute.get_strategy()
+            if _compat.is_tpu_strategy(strategy):
                 raise ValueError(
-                    "`use_tpu=False` runs on the default strategy with the global batch as "
-                    "params['batch_size']; it cannot use a strategy with "
-                    f"{strategy.num_replicas_in_sync} replicas. Pass `use_tpu=True`."
+                    "`use_tpu=False` runs on the CPU path, which cannot use a TPUStrategy. "
+                    "Pass `use_tpu=True` to run on the TPU."
                 )
-            strategy = tf.distribute.get_strategy()
         elif strategy is None:
             if tf.distribute.has_strategy():
                 strategy = tf.distribute.get_strategy()
@@ -315,10 +318,13 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
                 else None
             ),
             require_rows=(
-                mode == ModeKeys.TRAIN
+                # The CPU path's replicas take whole batches: at the end of the input a step
+                # may have fewer batches than replicas (the original's step then did not run).
+                (mode == ModeKeys.TRAIN or (mode == ModeKeys.EVAL and not self._runner.use_tpu))
                 and strategy.num_replicas_in_sync > 1
                 and not _compat.is_tpu_strategy(strategy)  # static shapes: no empty replica
             ),
+            host_from_first_replica=not self._runner.use_tpu,  # the Estimator's replica 0 hooks
         )
 
     def _after_train_execution(self) -> tuple[list, tf.Tensor]:

@@ -67,7 +67,7 @@ from keras_tpu_estimator.spec import (
     check_model_fn,
     check_params,
 )
-from keras_tpu_estimator.strategy import TPUContext, num_workers
+from keras_tpu_estimator.strategy import TPUContext, cpu_path_replicas, num_workers
 from keras_tpu_estimator.variables import VariableStore
 
 _log = get_logger(__name__)
@@ -252,7 +252,7 @@ class ModelFnRunner:
                 output_spec = record.predictions.output_spec(mask_spec)
             if mode == ModeKeys.EVAL:
                 with self.store.scope():
-                    self.metrics, pairs = StepMetrics.at_build(spec, self.use_tpu)
+                    self.metrics, pairs = StepMetrics.at_build(spec, self.use_tpu, self.strategy.num_replicas_in_sync)
                     output_spec = self.metrics.output_spec(self.metrics.step_values(spec, pairs)[1])
                 spec = self.metrics.host_spec(spec)
         # On the CPU path the host gets each step's tensors as model_fn made them (ragged
@@ -428,12 +428,12 @@ class ModelFnRunner:
             record.batch = plan
         return plan
 
-    def _input_steps(self, elements: list[float | None], distributed: bool) -> float | None:
+    def _input_steps(self, elements: list[float | None]) -> float | None:
         """The steps the input pipelines of `elements` elements each hold, when known."""
         if elements and all(count == math.inf for count in elements):
             return math.inf
         # Finite: a step takes one element only from a single pipeline feeding a single replica.
-        if len(elements) == 1 and (not distributed or self.num_replicas == 1):
+        if len(elements) == 1 and self.strategy.num_replicas_in_sync == 1:
             return elements[0]
         return None
 
@@ -449,12 +449,15 @@ class ModelFnRunner:
 
         On the strategy path every EVAL and PREDICT batch is padded to the
         static batch size with a mask (`padding.py`), so a partial last batch
-        needs no special care; on the CPU path they keep their real rows.
+        needs no special care; on the CPU path they keep their real rows, and
+        on a strategy (`RunConfig(train_distribute=...)`) each replica takes
+        whole batches in turn, `input_fn` getting the `InputContext`.
 
         Returns:
             A distributed dataset whose replicas see `params['batch_size']` rows.
         """
         strategy = self.strategy
+        cpu_replicas = cpu_path_replicas(strategy, self.use_tpu, mode)  # 0 on the strategy path
         # EVAL and PREDICT end with a partial batch. On the strategy path every
         # batch is padded to a static size with a mask; without it (TPUEstimator's
         # CPU path) batches keep their real rows, so model_fn's loss,
@@ -482,10 +485,12 @@ class ModelFnRunner:
             self._set_batch(mode, global_batch)
             if pad:
                 x = pad_batches(x, global_batch)
-            self.modes[mode].input_steps = self._input_steps([_elements(x)], distributed=self.use_tpu)
+            self.modes[mode].input_steps = self._input_steps([_elements(x)])
             self.build(mode, per_replica_spec(x.element_spec, self.num_replicas))
-            if not self.use_tpu:
+            if cpu_replicas == 1:
                 return x
+            if cpu_replicas:  # whole batches, replica by replica, as the Estimator fed its replicas
+                return strategy.distribute_datasets_from_function(lambda _: x)
             return strategy.experimental_distribute_dataset(x)
         if not callable(x):
             raise TypeError(
@@ -513,10 +518,10 @@ class ModelFnRunner:
             elements.append(_elements(dataset))
             return dataset
 
-        if not self.use_tpu:
+        if cpu_replicas == 1:
             dataset = dataset_fn()
-        else:
+        else:  # on the CPU path, input_fn gets the InputContext and each replica whole batches
             dataset = strategy.distribute_datasets_from_function(dataset_fn)
-        self.modes[mode].input_steps = self._input_steps(elements, distributed=self.use_tpu)
+        self.modes[mode].input_steps = self._input_steps(elements)
         self.build(mode, specs[0])
         return dataset

@@ -28,6 +28,15 @@ from keras_tpu_estimator.spec import InputFn, ModeKeys
 _log = get_logger(__name__)
 
 
+def _warn_uneven_end(what: str, done: str, strategy: tf.distribute.Strategy, at: int) -> None:
+    """The CPU path's input ended with fewer batches than replicas: that last step did not run."""
+    _log.warning(
+        "The %s input ended with fewer batches than the %d replicas in the last step, which was "
+        "not %s (step %d), as on the Estimator's strategy, which ran whole batches on every "
+        "replica. Give the input a multiple of %d batches (or .repeat() it) to use every batch.",
+        what, strategy.num_replicas_in_sync, done, at, strategy.num_replicas_in_sync,
+    )
+
 
 @dataclasses.dataclass
 class _FitRun:
@@ -204,7 +213,12 @@ class EstimatorTrainer:
                     loss_sum += execution.loss_sum
                     weight_sum += execution.weight_sum
                     logs = execution.logs = {"loss": loss_sum / weight_sum}
-                if driver.ended_by == "empty_replica":
+                if driver.ended_by == "empty_replica" and not self._runner.use_tpu:
+                    # The CPU path's replicas take whole batches: the input ended with fewer
+                    # batches than replicas, and that step did not run (nor did the Estimator's).
+                    _warn_uneven_end("training", "trained", self.distribute_strategy, driver.global_step())
+                    driver.ended_by = "input"
+                elif driver.ended_by == "empty_replica":
                     run.empty_replica_at = driver.global_step()
                     self.stop_training = True
                 elif driver.ended_by == "stopped" and stop.requested:
@@ -310,6 +324,8 @@ class EstimatorTrainer:
                     execution.logs = dict(logs)
             finally:  # the cached call holds the iterator: release it, also on an error
                 self._driver.forget_iterator(iterator)
+            if self._driver.ended_by == "empty_replica":  # the CPU path's replicas: see fit
+                _warn_uneven_end("evaluation", "evaluated", self.distribute_strategy, done)
             if done == 0:
                 raise ValueError("evaluate() ran no steps: the input is empty.")
             metrics = self._runner.host.metric_results()
