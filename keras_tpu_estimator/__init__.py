@@ -44,6 +44,7 @@ from keras_tpu_estimator.install import install, installed
 from keras_tpu_estimator.legacy import UnsupportedInModelFnError, legacy_layers
 from keras_tpu_estimator.model import EstimatorModel
 from keras_tpu_estimator.padding import padding_mask
+from keras_tpu_estimator.plain_estimator import Estimator
 from keras_tpu_estimator.session_hooks import SessionRunHookCallback
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
 from keras_tpu_estimator.strategy import TPUContext, resolve_strategy, use_cpu_replicas
@@ -64,6 +65,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchConfig",
     "CheckpointSaver",
+    "Estimator",
     "EstimatorModel",
     "EstimatorSpec",
     "ExportSavedModelApiVersion",

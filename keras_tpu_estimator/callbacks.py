@@ -290,7 +290,8 @@ class StepSummaries(keras.callbacks.Callback):
         with self._writer.as_default(step=step):
             tf.summary.scalar("loss", self.model.last_execution_loss)
             tf.summary.scalar("global_step/sec", steps_per_sec)
-            tf.summary.scalar("examples/sec", steps_per_sec * batch_size)
+            if batch_size:  # unknown to a plain Estimator, which wrote no examples/sec
+                tf.summary.scalar("examples/sec", steps_per_sec * batch_size)
         self._last_step, self._last_time = step, now
 
     def on_train_end(self, logs: dict | None = None) -> None:

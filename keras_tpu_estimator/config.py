@@ -281,14 +281,17 @@ class RunConfig:
         keep_checkpoint_max, keep_checkpoint_every_n_hours: Checkpoint retention.
         log_step_count_steps, save_summary_steps: Logging and summary frequency.
         tf_random_seed: Global seed set before the model is built.
-        train_distribute: A `tf.distribute.Strategy` to run on (with `use_tpu=True`),
-            for example a `MultiWorkerMirroredStrategy` created at program start.
+        train_distribute: A `tf.distribute.Strategy` to run on, for example a
+            `MultiWorkerMirroredStrategy` created at program start. With
+            `use_tpu=False` (and in the plain `Estimator`) it runs training on
+            its replicas as the Estimator did, and `eval_distribute` evaluation.
         checkpoint_save_graph_def: Write `model.ckpt-<N>.meta` beside each
             checkpoint, as the original's Saver did (default True).
-        session_config, device_fn, protocol, eval_distribute,
+        eval_distribute: The CPU path's evaluation strategy (the strategy path
+            evaluates on the training strategy).
+        session_config, device_fn, protocol,
         experimental_max_worker_delay_secs, session_creation_timeout_secs:
-            Accepted and ignored (TF1 session settings; evaluation uses the
-            training strategy).
+            Accepted and ignored (TF1 session settings).
 
     The Estimator's read-only properties `task_type`, `task_id`, `is_chief`,
     `num_worker_replicas`, `num_ps_replicas`, `global_id_in_cluster` and

@@ -44,6 +44,7 @@ NAMESPACE_PATHS = ("tensorflow.estimator", "tensorflow.compat.v1.estimator", "te
 # `tensorflow.python.estimator`) -> the module of this library that stands in for it.
 MODULE_PATHS = {
     "estimator_lib": "keras_tpu_estimator.estimator",
+    "estimator": "keras_tpu_estimator.plain_estimator",
     "model_fn": "keras_tpu_estimator.spec",
     "mode_keys": "keras_tpu_estimator.spec",
     "run_config": "keras_tpu_estimator.config",

@@ -15,6 +15,7 @@ LAYERS = {
     "model_fn": 4, "driver": 4,
     "trainer": 5, "model": 5, "session_hooks": 5, "batch_methods": 5, "keras_methods": 5,
     "callbacks": 6, "restore": 6,
+    "estimator_calls": 6.4, "plain_estimator": 6.5,  # the plain Estimator, which TPUEstimator subclasses
     "tpu_estimator": 7,
     # train_and_evaluate, its exporters and the experimental hooks drive the facade through its public methods
     "eval_events": 2, "nested_evaluation": 2, "exporters": 7.5, "early_stopping": 7.5, "training": 7.6,

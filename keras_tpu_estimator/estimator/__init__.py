@@ -15,9 +15,9 @@ if mode == tf_estimator.ModeKeys.TRAIN: ...
 The session-hook names (`LoggingTensorHook`, `SessionRunHook`, ...) are
 TensorFlow's own `tf.compat.v1.train` classes, as in the original namespace.
 `train_and_evaluate` with `TrainSpec`, `EvalSpec` and the exporters runs a
-`TPUEstimator` as the original did. Names of the plain Estimator that
-TPUEstimator programs do not need (canned estimators, heads) raise an
-AttributeError that says so.
+`TPUEstimator` as the original did. `Estimator` is the plain one (a
+`model_fn` returning an `EstimatorSpec`). Canned estimators and heads are
+not provided: an AttributeError says so.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from keras_tpu_estimator.checkpoints import WarmStartSettings
 from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.estimator import experimental, export, tpu
 from keras_tpu_estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter
+from keras_tpu_estimator.plain_estimator import Estimator
 from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys
 from keras_tpu_estimator.training import EvalSpec, TrainSpec, train_and_evaluate
 
@@ -54,6 +55,7 @@ __all__ = [
     "BestExporter",
     "CheckpointSaverHook",
     "CheckpointSaverListener",
+    "Estimator",
     "EstimatorSpec",
     "EvalSpec",
     "Exporter",
@@ -88,8 +90,9 @@ __all__ = [
 def __getattr__(name: str) -> None:
     raise AttributeError(
         f"tf.estimator.{name} is not provided by keras_tpu_estimator.estimator, which covers what "
-        "TPUEstimator programs use (tpu.*, ModeKeys, EstimatorSpec, RunConfig, WarmStartSettings, "
-        "train_and_evaluate with TrainSpec, EvalSpec and the exporters, export.* and the session-hook "
-        "names). Canned estimators and heads are not part of it: write a model_fn and call "
-        "TPUEstimator.train and .evaluate, or use keras_tpu_estimator.EstimatorModel with model.fit."
+        "Estimator and TPUEstimator programs use (Estimator, tpu.*, ModeKeys, EstimatorSpec, RunConfig, "
+        "WarmStartSettings, train_and_evaluate with TrainSpec, EvalSpec and the exporters, export.* "
+        "and the session-hook names). Canned estimators and heads are not part of it: write a "
+        "model_fn and call Estimator or TPUEstimator.train and .evaluate, or use "
+        "keras_tpu_estimator.EstimatorModel with model.fit."
     )
