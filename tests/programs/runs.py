@@ -89,4 +89,15 @@ RUNS = {
     # The best checkpoint kept with its .meta and loaded by import_meta_graph.
     "albert_best_checkpoint": Run("albert_best_checkpoint", paths=("cpu", "mirrored")),
     "albert_best_checkpoint_graph_mode": Run("albert_best_checkpoint", ("--graph_mode",), paths=("cpu",)),
+    # The plain tf.estimator.Estimator (plain_estimator.py); with --replicas=2 the program makes a
+    # MirroredStrategy over 2 logical CPUs and passes it as RunConfig(train_distribute, eval_distribute).
+    "plain_estimator": Run("plain_estimator", paths=("cpu",), differences={
+        "all": {"checkpoints": ([4, 8, 10], NO_STEP_0_CHECKPOINT)}}),
+    "plain_estimator_mirrored": Run("plain_estimator", ("--replicas=2",), paths=("cpu",), differences={
+        "all": {"checkpoints": ([4, 8, 10], NO_STEP_0_CHECKPOINT)}}),
+    # TPUEstimator(use_tpu=False) on RunConfig(train_distribute=MirroredStrategy over 2 CPUs), as
+    # XLNet / BigBird ran on GPUs: whole batches per replica, replica 0's host_call, and a finite
+    # input whose last step has fewer batches than replicas (that step does not train).
+    "tpu_cpu_distribute": Run("tpu_cpu_distribute", paths=("cpu",)),
+    "tpu_cpu_distribute_one_replica": Run("tpu_cpu_distribute", ("--replicas=1",), paths=("cpu",)),
 }
