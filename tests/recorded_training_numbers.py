@@ -187,6 +187,12 @@ DEFAULTS = {
             0.3026936650276184,
         ],
     ],
+    "train_and_evaluate, a plain Estimator with exporters and an early-stopping hook": {
+        "metrics": {"global_step": 4.0, "loss": 0.16777212917804718},
+        "exports": [["bytes", "export/best/<t>"], None],
+        "evaluations": [[2, 0.40959998965263367], [4, 0.16777212917804718]],
+        "kept": [2, 0],
+    },
     "BestExporter.compare_fn as a partial, keyword-only and callable object": [
         "best",
         "compare_fn (functools.partial(<function _compare at 0x...>, key='f1', best_eval_result=None)) must include best_eval_result argument.",

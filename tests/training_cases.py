@@ -305,6 +305,34 @@ def _dropout_train_and_evaluate(api):
     return kernels
 
 
+@_default("train_and_evaluate, a plain Estimator with exporters and an early-stopping hook")
+def _plain_estimator(api):
+    est = api.estimator
+
+    def model_fn(features, labels, mode):
+        w = tf.compat.v1.get_variable("w", [1, 1], initializer=tf.compat.v1.zeros_initializer())
+        y = tf.matmul(features["x"], w)
+        if mode == est.ModeKeys.PREDICT:
+            return est.EstimatorSpec(mode, predictions={"y": y})
+        loss = tf.reduce_mean(tf.square(y - labels))
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            loss, global_step=tf.compat.v1.train.get_global_step())
+        return est.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn():
+        return program.input_fn({"batch_size": 2})
+
+    estimator = est.Estimator(model_fn, config=est.RunConfig(model_dir=api.model_dir, save_checkpoints_steps=2))
+    receiver = program.serving_input_receiver_fn_for(api)
+    stop = est.experimental.stop_if_lower_hook(estimator, "loss", 0.2, run_every_secs=None, run_every_steps=1)
+    metrics, exports = est.train_and_evaluate(
+        estimator, est.TrainSpec(lambda: input_fn().repeat(), max_steps=20, hooks=[stop]),
+        est.EvalSpec(input_fn, steps=2, throttle_secs=0, exporters=[est.BestExporter("best", receiver),
+                                                                     est.FinalExporter("final", receiver)]))
+    return {"metrics": {k: float(v) for k, v in sorted(metrics.items())}, "exports": [relative(api, p) for p in exports],
+            "evaluations": eval_steps(estimator.eval_dir()), "kept": [kept(api, "best"), kept(api, "final")]}
+
+
 # --- exporters ------------------------------------------------------------------------------------
 
 def _best(api, **kwargs):
