@@ -74,7 +74,12 @@ def mode_strategy(config: RunConfig, mode: str) -> tf.distribute.Strategy:
 
 
 def check_steps(steps: float | None, max_steps: float | None) -> None:
-    """The Estimator's `train` argument checks, with its messages."""
+    """The Estimator's `train` argument checks, with its messages.
+
+    Example:
+
+    >>> check_steps(10, None)
+    """
     if steps is not None and max_steps is not None:
         raise ValueError("Can not provide both steps and max_steps.")
     if steps is not None and steps <= 0:
@@ -84,12 +89,24 @@ def check_steps(steps: float | None, max_steps: float | None) -> None:
 
 
 def whole_steps(steps: float | None) -> int | None:
-    """A step count of the Estimator (and TPUEstimator's CPU path): its stop hooks ran to the first step >= `steps`."""
+    """A step count of the Estimator (and TPUEstimator's CPU path): its stop hooks ran to the first step >= `steps`.
+
+    Example:
+
+    >>> whole_steps(12.3)
+    13
+    """
     return None if steps is None else math.ceil(steps)
 
 
 def newest_step(checkpoints: list[str]) -> int:
-    """The global step of the newest checkpoint that can be read (0 when none)."""
+    """The global step of the newest checkpoint that can be read (0 when none).
+
+    Example:
+
+    >>> newest_step([])
+    0
+    """
     for path in checkpoints:
         try:
             return checkpoint_step(path)
@@ -105,6 +122,12 @@ def plain_model_fn(model_fn: ModelFn, params: dict) -> ModelFn:
     `params` (a deep copy of the Estimator's: no `batch_size`, `use_tpu` or
     `context`) and `config`, and must return an `EstimatorSpec`. On the chief,
     `training_chief_hooks` run with the `training_hooks`.
+
+    Example:
+
+    ```python
+    model = EstimatorModel(plain_model_fn(model_fn, {"lr": 0.1}), use_tpu=False)
+    ```
     """
     args, own_params = function_args(model_fn), params
 
@@ -140,6 +163,12 @@ def plain_input_fn(input_fn: InputFn, params: dict, config: RunConfig) -> InputF
 
     It gets only what it declares among `mode`, `params` (a deep copy of the
     Estimator's), `config` and, under a strategy, `input_context`.
+
+    Example:
+
+    ```python
+    model.fit(plain_input_fn(lambda: dataset, {}, RunConfig()))   # input_fn() takes nothing
+    ```
     """
     args, own_params, own_config = function_args(input_fn), params, config
 
