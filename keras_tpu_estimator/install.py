@@ -60,6 +60,7 @@ MODULE_PATHS = {
     "exporter": "keras_tpu_estimator.exporters",
     "training": "keras_tpu_estimator.training",
     "early_stopping": "keras_tpu_estimator.early_stopping",
+    "hooks.hooks": "keras_tpu_estimator.early_stopping",  # InMemoryEvaluatorHook
 }
 ESTIMATOR_PACKAGES = ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator")
 

@@ -15,13 +15,14 @@ LAYERS = {
     "model_fn": 4, "driver": 4,
     "trainer": 5, "model": 5, "session_hooks": 5, "batch_methods": 5, "keras_methods": 5,
     "callbacks": 6, "restore": 6,
-    "estimator_calls": 6.4, "plain_estimator": 6.5,  # the plain Estimator, which TPUEstimator subclasses
-    "tpu_estimator": 7,
+    "estimator_calls": 7,  # the facade's train / evaluate / predict bodies
+    "plain_estimator": 8,  # the plain Estimator, which TPUEstimator subclasses
+    "tpu_estimator": 9,
     # train_and_evaluate, its exporters and the experimental hooks drive the facade through its public methods
-    "eval_events": 2, "nested_evaluation": 2, "exporters": 7.5, "early_stopping": 7.5, "training": 7.6,
-    "estimator": 8,  # the package laid out like tf.compat.v1.estimator
-    "install": 9,  # the old names resolve to this library
-    "__main__": 10,  # python -m keras_tpu_estimator SCRIPT
+    "eval_events": 2, "nested_evaluation": 2, "exporters": 10, "early_stopping": 10, "training": 11,
+    "estimator": 12,  # the package laid out like tf.compat.v1.estimator
+    "install": 13,  # the old names resolve to this library
+    "__main__": 14,  # python -m keras_tpu_estimator SCRIPT
 }
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_tpu_estimator"
 
