@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A reduced suite on the oldest supported TensorFlow (2.20, the newest tensorflow-tpu) with
 # the Keras of its release (3.11), in its own venv: the device loop, the facade, host calls, padding,
-# export (V1 and V2), the fake-TPU trace, the original's numbers and the original's API checks.
+# export (V1 and V2), the fake-TPU trace, the original's numbers and the original's API checks,
+# install() and the runner (TPU VMs have tensorflow-tpu 2.20).
 # MirroredStrategy variants run for the device loop only (the main step runs them all on the
 # current TensorFlow), and `slow` end-to-end runs not at all: the step stays a few minutes.
 set -euo pipefail
@@ -13,4 +14,5 @@ export TF_CPP_MIN_LOG_LEVEL=2
   tests/test_loop.py tests/test_estimator.py tests/test_host.py tests/test_padding.py \
   tests/test_export.py tests/test_export_v2.py tests/test_tpu.py tests/test_original_parity.py \
   tests/test_original_api.py tests/test_namespace.py tests/test_session_hooks.py tests/test_install.py \
-  tests/test_keras_face.py tests/test_keras_methods.py tests/test_model_dir.py tests/test_model_dir_lock.py
+  tests/test_keras_face.py tests/test_keras_methods.py tests/test_model_dir.py tests/test_model_dir_lock.py \
+  tests/test_migration.py

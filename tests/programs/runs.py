@@ -53,7 +53,7 @@ RUNS = {
         "mnist_tpu_namespace", differences={"all": {"checkpoints": ([8, 12], NO_STEP_0_CHECKPOINT)}}),
     # Batch norm normalizes each replica's rows (as on TPU cores): one replica's numbers only.
     "resnet_graph_mode": Run("resnet_graph_mode", paths=("cpu", "tpu")),
-    "resnet_graph_mode_no_bn": Run("resnet_graph_mode", ("--batch_norm=false",)),
+    "resnet_graph_mode_no_bn": Run("resnet_graph_mode", ("--batch_norm=false",), paths=("mirrored",)),
     "bert_compat_v1_namespace": Run("bert_compat_v1_namespace", differences={
         path: {"hook_losses_run": (3, HOOKS_PER_LOOP)} for path in ("tpu", "mirrored")}),
     # train_and_evaluate (training.py) with Latest/Best/Final exporters: every save evaluated and
@@ -62,7 +62,7 @@ RUNS = {
         "all": {"checkpoints": ([4, 8, 12], NO_STEP_0_CHECKPOINT)}}),
     # throttle_secs longer than the run: the first save and the last step are evaluated.
     "train_and_evaluate_throttled": Run(
-        "train_and_evaluate_exporters", ("--throttle_secs=100000", "--train_steps=14"), paths=("cpu", "tpu"),
+        "train_and_evaluate_exporters", ("--throttle_secs=100000", "--train_steps=14"), paths=("cpu",),
         differences={"all": {"checkpoints": ([4, 8, 12, 14], NO_STEP_0_CHECKPOINT)}}),
     # tf.estimator.experimental hooks (early_stopping.py), one run per step (iterations_per_loop=1).
     "early_stopping_lower_resume": Run(
@@ -71,7 +71,7 @@ RUNS = {
     "early_stopping_higher": Run("early_stopping_hooks", ("--hook=higher",), paths=("cpu",), differences={
         "all": {"checkpoints": ([2, 4, 6], NO_STEP_0_CHECKPOINT)}}),
     "early_stopping_no_increase_resume": Run(
-        "early_stopping_hooks", ("--hook=no_increase", "--resume"),
+        "early_stopping_hooks", ("--hook=no_increase", "--resume"), paths=("cpu",),
         differences={"all": {"checkpoints": ([2, 4, 6, 8, 9], NO_STEP_0_CHECKPOINT)}}),
     "early_stopping_predicate": Run(
         "early_stopping_hooks", ("--hook=predicate",), paths=("cpu", "mirrored"),
@@ -85,7 +85,7 @@ RUNS = {
     # on 'tpu' it is padded inside one replica (README: Padding), so that path evaluates 24 rows.
     "mnist_tensor_input": Run("mnist_tensor_input", paths=("cpu", "mirrored")),
     "mnist_tensor_input_24": Run("mnist_tensor_input", ("--eval_rows=24",), paths=("tpu",)),
-    "mnist_tensor_input_graph_mode": Run("mnist_tensor_input", ("--graph_mode", "--eval_rows=24")),
+    "mnist_tensor_input_graph_mode": Run("mnist_tensor_input", ("--graph_mode", "--eval_rows=24"), paths=("cpu", "tpu")),
     # The best checkpoint kept with its .meta and loaded by import_meta_graph.
     "albert_best_checkpoint": Run("albert_best_checkpoint", paths=("cpu", "mirrored")),
     "albert_best_checkpoint_graph_mode": Run("albert_best_checkpoint", ("--graph_mode",), paths=("cpu",)),
