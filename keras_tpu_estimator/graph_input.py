@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-_NOT_TENSORS = (
+NOT_TENSORS = (
     "`input_fn` must return a tf.data.Dataset (or features / (features, labels) tensors). Received: {}."
 )
 _UNINITIALIZED = (
@@ -138,7 +138,7 @@ class GraphInput:
             try:
                 self.structure = tf.nest.map_structure(lambda t: _graph_tensor(t, self.graph), result)
             except (TypeError, ValueError) as error:
-                raise TypeError(_NOT_TENSORS.format(type(result).__name__)) from error
+                raise TypeError(NOT_TENSORS.format(type(result).__name__)) from error
             self.fetches = tf.nest.flatten(self.structure)
             scaffold = tf.compat.v1.train.Scaffold()
             with _without_finalized_log():

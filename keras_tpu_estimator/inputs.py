@@ -14,7 +14,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu_estimator.config import InputPipelineConfig
-from keras_tpu_estimator.graph_input import GraphInput, is_tensor_input
+from keras_tpu_estimator.graph_input import NOT_TENSORS, GraphInput, is_tensor_input
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.spec import InputFn, ModeKeys, function_args
 
@@ -102,10 +102,7 @@ def call_input_fn(
         return result
     _check_tensors_allowed(mode, config, use_tpu)
     if not is_tensor_input(result):
-        raise TypeError(
-            "`input_fn` must return a tf.data.Dataset (or features / (features, labels) "
-            f"tensors). Received: {type(result).__name__}."
-        )
+        raise TypeError(NOT_TENSORS.format(type(result).__name__))
     return GraphInput(build).dataset()
 
 
