@@ -11,9 +11,7 @@ execution sizes that land on every save, warm start, and the deprecated export n
 
 from __future__ import annotations
 
-import builtins
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -28,42 +26,12 @@ import keras_tpu_estimator as kte
 from keras_tpu_estimator import plain_estimator
 from tests import estimator_cases as cases
 from tests import recorded_estimator_numbers as recorded
-
-RTOL, ATOL = 2e-5, 1e-6
+from tests.same_results import assert_same, error_type
 
 
 def api_for(model_dir, strategy=None) -> types.SimpleNamespace:
     return types.SimpleNamespace(estimator=kte.estimator, model_dir=str(model_dir), strategy=strategy,
                                  load_global_step=plain_estimator._load_global_step_from_checkpoint_dir)
-
-
-def error_type(error: BaseException) -> str:
-    """As `scripts/original_api.py` names them: builtins by name, TF errors as `tf.errors.X`."""
-    kind = type(error)
-    if getattr(builtins, kind.__name__, None) is kind:
-        return kind.__name__
-    if isinstance(error, tf.errors.OpError):
-        for base in kind.__mro__:
-            if getattr(tf.errors, base.__name__, None) is base:
-                return f"tf.errors.{base.__name__}"
-    return kind.__name__
-
-
-def assert_same(ours, original, where: str = "") -> None:
-    """Equal structure and values; floats within float32 round-off of the original's."""
-    if isinstance(original, dict):
-        assert isinstance(ours, dict) and sorted(ours) == sorted(original), f"{where}: {ours} != {original}"
-        for key in original:
-            assert_same(ours[key], original[key], f"{where}.{key}")
-    elif isinstance(original, list):
-        assert isinstance(ours, list | tuple) and len(ours) == len(original), f"{where}: {ours} != {original}"
-        for i, (a, b) in enumerate(zip(ours, original, strict=True)):
-            assert_same(a, b, f"{where}[{i}]")
-    elif isinstance(original, float):
-        assert isinstance(ours, int | float) and math.isclose(ours, original, rel_tol=RTOL, abs_tol=ATOL), (
-            f"{where}: {ours} != {original}")
-    else:
-        assert ours == original, f"{where}: {ours!r} != {original!r}"
 
 
 def run_error_case(name: str, model_dir) -> list[str] | None:

@@ -8,7 +8,6 @@ holds what TensorFlow 2.15's TPUEstimator gave for the same file.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 from programs.original_results import RESULTS
 from programs.runs import RUNS
 
-RTOL, ATOL = 2e-5, 1e-6
+from tests.same_results import assert_same
 
 CASES = [(name, path) for name, run in RUNS.items() for path in run.paths]
 
@@ -34,23 +33,6 @@ def run_program(name: str, path: str, tmp_path, extra: tuple[str, ...] = ()) -> 
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stderr[-6000:]}"
     return json.loads(result.read_text())
-
-
-def assert_same(ours, original, where: str = "") -> None:
-    """Equal structure and values; floats within float32 round-off of the original's."""
-    if isinstance(original, dict):
-        assert isinstance(ours, dict) and sorted(ours) == sorted(original), f"{where}: {ours} != {original}"
-        for key in original:
-            assert_same(ours[key], original[key], f"{where}.{key}")
-    elif isinstance(original, list):
-        assert isinstance(ours, list) and len(ours) == len(original), f"{where}: {ours} != {original}"
-        for i, (a, b) in enumerate(zip(ours, original, strict=True)):
-            assert_same(a, b, f"{where}[{i}]")
-    elif isinstance(original, float):
-        assert isinstance(ours, int | float) and math.isclose(ours, original, rel_tol=RTOL, abs_tol=ATOL), (
-            f"{where}: {ours} != {original}")
-    else:
-        assert ours == original, f"{where}: {ours!r} != {original!r}"
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import types
 
 import pytest
@@ -13,8 +12,8 @@ import keras_tpu_estimator as kte
 from keras_tpu_estimator import early_stopping
 from tests import recorded_training_numbers as recorded
 from tests import training_cases as cases
+from tests.same_results import assert_same  # noqa: F401  (the test files take it from here)
 
-RTOL, ATOL = 2e-5, 1e-6
 # Which test file runs which cases, by the start of their names.
 PREFIXES = {
     "test_training": ("TrainSpec", "EvalSpec", "train_and_evaluate"),
@@ -32,23 +31,6 @@ def case_names(table: dict, test_file: str) -> list[str]:
 def api_for(model_dir) -> types.SimpleNamespace:
     """The cases' `api` on this library."""
     return types.SimpleNamespace(estimator=kte.estimator, early_stopping=early_stopping, model_dir=str(model_dir))
-
-
-def assert_same(ours, original, where=""):
-    """Equal structure and values; floats within float32 round-off of the original's."""
-    if isinstance(original, dict):
-        assert isinstance(ours, dict) and sorted(ours) == sorted(original), f"{where}: {ours} != {original}"
-        for key in original:
-            assert_same(ours[key], original[key], f"{where}.{key}")
-    elif isinstance(original, list | tuple):
-        assert isinstance(ours, list | tuple) and len(ours) == len(original), f"{where}: {ours} != {original}"
-        for i, (a, b) in enumerate(zip(ours, original, strict=True)):
-            assert_same(a, b, f"{where}[{i}]")
-    elif isinstance(original, float):
-        assert isinstance(ours, int | float) and math.isclose(ours, original, rel_tol=RTOL, abs_tol=ATOL), (
-            f"{where}: {ours} != {original}")
-    else:
-        assert ours == original, f"{where}: {ours!r} != {original!r}"
 
 
 def run_error_case(name, tmp_path):
