@@ -11,6 +11,9 @@
   run when the `train_op` depends on them, as in TF1.
 - Constructs that cannot run in a traced `model_fn` (a `Session`, queue
   runners, `tf.contrib`) raise an error that names the replacement.
+- Tensors and variables are hashable and compare by identity, and a
+  variable's `.op.name` is its TF1 name, as in a TF1 graph
+  (`_compat.tf1_identity`).
 
 `per_replica_collections()` keeps TF1 collections (`LOSSES`,
 `REGULARIZATION_LOSSES`, `UPDATE_OPS`, `SUMMARIES`) separate per replica
@@ -28,6 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator._compat.tf1_identity import tf1_identity
 from keras_tpu_estimator.versions import tf_keras_requirement
 
 _state = threading.local()
@@ -264,7 +268,7 @@ def model_fn_scope() -> Iterator[None]:
     _collect_updates_in_model_fn()
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
-        with legacy_layers(), _compat.patched_attributes("model_fn_guards", _guard_patches):
+        with legacy_layers(), _compat.patched_attributes("model_fn_guards", _guard_patches), tf1_identity():
             yield
     finally:
         _state.depth -= 1
