@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,6 +76,9 @@ class VariableStore:
         # TF1 local variables (metric accumulators): {name: initial value}.
         self._local_initial: dict[str, Any] = {}
         self._stand_ins: dict[int, Any] = {}
+        self._keys_by_value: dict[int, str] = {}  # {id(variable.value): name}
+        self._collections: dict[str, list[str]] = {}  # {name: the TF1 collections it was created in}
+        self._fresh_graphs: weakref.WeakSet = weakref.WeakSet()  # traced graphs whose collections started fresh
         self._creation_allowed = False
         self._local = threading.local()
         self.global_step = self._create(
@@ -137,6 +141,7 @@ class VariableStore:
                     tf.compat.v1.get_variable_scope(),
                     reuse=tf.compat.v1.AUTO_REUSE,
                     auxiliary_name_scope=False,
+                    custom_getter=self._joining_getter,
                 )
             )
             stack.enter_context(tf.variable_creator_scope(self._creator))
@@ -151,6 +156,25 @@ class VariableStore:
 
     @contextlib.contextmanager
     def _collections_filled(self, graph: tf.Graph) -> Iterator[None]:
+        """The TF1 variable collections of `graph` as a fresh TF1 graph held them when `model_fn` began.
+
+        A traced graph (a build, a step, a loop body) starts with only `global_step`
+        (the Estimator created it before calling `model_fn`); each variable joins its
+        collections when `model_fn` first asks for it in that graph, in that order, as
+        TF1 created them. What a graph gathered stays for the rest of its trace
+        (`scaffold_fn`, metrics). Other graphs see every variable while the scope is active.
+        """
+        if getattr(graph, "building_function", False):
+            if graph not in self._fresh_graphs:
+                self._fresh_graphs.add(graph)
+                _compat.set_collections(graph, {
+                    tf.compat.v1.GraphKeys.GLOBAL_VARIABLES: [self.global_step.value],
+                    tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES: [],
+                    tf.compat.v1.GraphKeys.LOCAL_VARIABLES: [],
+                    tf.compat.v1.GraphKeys.GLOBAL_STEP: [self.global_step.value],
+                })
+            yield
+            return
         keys = {
             tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES: [
                 v.value for v in self._by_name.values() if v.trainable
@@ -174,6 +198,28 @@ class VariableStore:
             for key, values in saved.items():
                 graph.get_collection_ref(key)[:] = values
 
+    def _joining_getter(self, getter: Any, *args: Any, **kwargs: Any) -> Any:
+        """`get_variable` as TF1's store gives it, then joins the graph's collections (the store caches reuses)."""
+        value = getter(*args, **kwargs)
+        key = self._keys_by_value.get(id(value))
+        if key is not None:
+            self._join_collections(key, self._by_name[key])
+        return value
+
+    def _join_collections(self, key: str, variable: keras.Variable) -> None:
+        """Adds a reused variable to its TF1 collections of the current graph, once (as TF1 created it there)."""
+        graph = tf.compat.v1.get_default_graph()
+        if not getattr(graph, "building_function", False):
+            return
+        value = variable.value
+        keys = list(self._collections.get(key) or [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
+        if variable.trainable:
+            keys.append(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+        for collection in keys:
+            ref = graph.get_collection_ref(collection)
+            if not any(member is value for member in ref):
+                ref.append(value)
+
     def _key(self, name: str | None) -> str:
         if name and name.endswith("/"):  # TF treats a trailing "/" as an absolute name
             return _REPLICA_PREFIX.sub("", name[:-1])
@@ -193,7 +239,9 @@ class VariableStore:
             return next_creator(**kwargs)
         key = self._key(kwargs.get("name"))
         variable = self._by_name.get(key)
-        if variable is None:
+        if variable is not None:
+            self._join_collections(key, variable)
+        else:
             if not self._creation_allowed:
                 raise NewVariableAfterBuildError(
                     f"`model_fn` created the variable '{key}' after the model was built. "
@@ -211,6 +259,7 @@ class VariableStore:
                 synchronization=kwargs.get("synchronization"),
             )
             keys = kwargs.get("collections") or [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES]
+            self._collections[key] = [k for k in keys if k != tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES]
             if tf.compat.v1.GraphKeys.LOCAL_VARIABLES in keys:
                 with tf.init_scope():
                     first = self._strategy.experimental_local_results(variable.value)[0]
@@ -227,6 +276,7 @@ class VariableStore:
             # nothing runs there, so one component stands in for it.
             stand_in = self._strategy.experimental_local_results(value)[0]
             self._stand_ins[id(stand_in)] = value
+            self._keys_by_value[id(stand_in)] = key
             return stand_in
         return value
 
@@ -279,4 +329,5 @@ class VariableStore:
             )
         _compat.track_variable(self._owner, variable)
         self._by_name[key] = variable
+        self._keys_by_value[id(variable.value)] = key
         return variable

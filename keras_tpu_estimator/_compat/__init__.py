@@ -313,6 +313,16 @@ def patched_attributes(key: str, patches: Callable[[], list]) -> Iterator[None]:
                         setattr(owner, name, value)
 
 
+def set_collections(graph: tf.Graph, values: dict[str, list]) -> None:
+    """Gives `graph` new lists for the collections `values` names (`Graph._collections`).
+
+    A `FuncGraph` shares its variable collections with the graph it was traced
+    in; new lists keep what this graph gathers its own.
+    """
+    for key, members in values.items():
+        graph._collections[key] = list(members)
+
+
 @contextlib.contextmanager
 def per_thread_collections(graph: tf.Graph, keys: list[str]) -> Iterator[None]:
     """Makes the graph collections `keys` private to each thread while active.
