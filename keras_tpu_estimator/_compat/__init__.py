@@ -314,13 +314,14 @@ def patched_attributes(key: str, patches: Callable[[], list]) -> Iterator[None]:
 
 
 def set_collections(graph: tf.Graph, values: dict[str, list]) -> None:
-    """Gives `graph` new lists for the collections `values` names (`Graph._collections`).
+    """Gives `graph` new per-thread lists for the collections `values` names (`Graph._collections`).
 
     A `FuncGraph` shares its variable collections with the graph it was traced
-    in; new lists keep what this graph gathers its own.
+    in; new lists keep what this graph gathers its own, and each replica thread
+    of a `MirroredStrategy` (one graph) its own, as each TPU program's trace.
     """
     for key, members in values.items():
-        graph._collections[key] = list(members)
+        graph._collections[key] = PerThreadList(members)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ identity, because distinct objects never share an identity hash.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,11 +24,14 @@ import tensorflow as tf
 from tensorflow.python.framework import tensor as _tensor
 from tensorflow.python.ops import resource_variable_ops as _resource_variable_ops
 from tensorflow.python.ops import variables as _variables
+from tensorflow.python.training import optimizer as _tf1_optimizer
 
 from keras_tpu_estimator._compat import patched_attributes
 
 _RESOURCE_VARIABLE = _resource_variable_ops.BaseResourceVariable
 _OWN_OP = _RESOURCE_VARIABLE.op
+_OWN_VAR_KEY = _tf1_optimizer._var_key
+_plain = threading.local()  # set while TF's own code must see TF2's `.op` (no stand-in)
 
 
 class VariableOp:
@@ -47,9 +51,20 @@ class VariableOp:
 
     def __init__(self, variable: Any):
         self._variable = variable
-        self.name = variable.name.split(":")[0]
+        # A replica's component answers with its distributed variable's name, as the one
+        # variable of a TPU program did (not 'dense/kernel/replica_1').
+        container = getattr(variable, "_distributed_container", None) or getattr(
+            variable._handle, "_distributed_container", None
+        )
+        named = container() if container is not None else variable
+        self.name = named.name.split(":")[0]
         self.device = variable.device
-        self.graph = tf.compat.v1.get_default_graph()
+        # The graph every trace is nested in: stable, so TF1 optimizers that key slots by
+        # (v.op.graph, v.op.name) find them from any nested graph (a cond branch, a merge_call).
+        graph = tf.compat.v1.get_default_graph()
+        while getattr(graph, "outer_graph", None) is not None:
+            graph = graph.outer_graph
+        self.graph = graph
 
     @property
     def outputs(self) -> list:
@@ -61,9 +76,23 @@ class VariableOp:
 
 def _op(variable: Any) -> Any:
     handle = variable._handle
-    if isinstance(handle, tf.Tensor) and hasattr(handle, "numpy"):  # an EagerTensor: no graph op
+    eager = isinstance(handle, tf.Tensor) and hasattr(handle, "numpy")  # an EagerTensor: no graph op
+    if eager and not getattr(_plain, "on", False):
         return VariableOp(variable)
     return _OWN_OP.fget(variable)
+
+
+def _var_key(variable: Any) -> Any:
+    """TF1 optimizers' slot key, as TF2 computes it (`_unique_id`) whether or not the stand-in is active.
+
+    Slots created inside `model_fn` are looked up again in `merge_call` code that
+    may run while no `model_fn` is active; one key for both.
+    """
+    _plain.on = True
+    try:
+        return _OWN_VAR_KEY(variable)
+    finally:
+        _plain.on = False
 
 
 def _identity_hash(value: Any) -> int:
@@ -75,6 +104,7 @@ def _patches() -> list:
         (_tensor.Tensor, "__hash__", _identity_hash),
         (_variables.Variable, "__hash__", _identity_hash),
         (_RESOURCE_VARIABLE, "op", property(_op)),
+        (_tf1_optimizer, "_var_key", _var_key),
     ]
 
 
