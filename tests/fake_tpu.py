@@ -128,6 +128,23 @@ def moving_average_model_fn(features, labels, mode, params):
     return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
+IDENTITY_SEEN = []
+
+
+def identity_model_fn(features, labels, mode, params):
+    """TF1 identity in the TPU trace: `global_variables()` when model_fn begins, `v.op.name`, tensors in sets."""
+    at_start = sorted(v.op.name for v in tf.compat.v1.global_variables())
+    output = tf.compat.v1.layers.dense(features["x"], 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, output)
+    names = sorted(v.op.name for v in tf.compat.v1.trainable_variables())
+    IDENTITY_SEEN.append([mode, at_start, names, len({loss, output, *tf.compat.v1.trainable_variables()})])
+    step = tf.compat.v1.train.get_or_create_global_step()
+    minimize = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
+    with tf.control_dependencies([minimize]):
+        train_op = tf.compat.v1.train.ExponentialMovingAverage(0.5).apply(tf.compat.v1.trainable_variables())
+    return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
 def node_names(concrete_function):
     return [(node.name, node.op) for node in graph_nodes(concrete_function)]
 
@@ -168,6 +185,9 @@ def main():
         "AssignMovingAvg": sum("AssignMovingAvg" in name for name, _ in nodes),
         "TPUReplicateMetadata": sum(op == "TPUReplicateMetadata" for _, op in nodes),
     }
+    identity = make_model(model_fn=identity_model_fn)
+    identity.trace(input_fn)  # the build, then the TPU program: each starts from a fresh graph's collections
+    report["tf1_identity"] = IDENTITY_SEEN
     dynamic = make_model(params={"drop_remainder": False})
     try:
         dynamic.trace(input_fn)

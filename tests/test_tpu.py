@@ -57,6 +57,17 @@ def test_an_exponential_moving_average_builds_and_traces(report):
     assert averaged["AssignMovingAvg"] > 0  # the averages are in the TPU program, fetched by train_op
 
 
+def test_tf1_identity_in_the_tpu_trace(report):
+    """Both traces of TRAIN (the build, then the TPU program) see a fresh TF1 graph's collections and TF1 names."""
+    seen = report["tf1_identity"]
+    assert len(seen) == 2
+    for mode, at_start, names, members in seen:
+        assert mode == "train"
+        assert at_start == ["global_step"]  # not the EMA shadows of an earlier trace
+        assert names == ["dense/bias", "dense/kernel"]
+        assert members == 4  # loss, output and the two variables, hashable
+
+
 def test_running_needs_a_real_tpu(report):
     assert "No OpKernel was registered to support Op 'TPUReplicated" in report["fit"]
 

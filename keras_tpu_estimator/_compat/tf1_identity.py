@@ -46,6 +46,7 @@ class VariableOp:
     """
 
     type = "VarHandleOp"
+    traceback = None  # a TPU variable's `.op` copies it
     inputs: tuple = ()
     control_inputs: tuple = ()
 
