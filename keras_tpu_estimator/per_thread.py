@@ -64,6 +64,12 @@ class PerThreadList(list):
     def extend(self, items: Any) -> None:
         self._items().extend(items)
 
+    def append_everywhere(self, item: Any) -> None:
+        """Appends `item` for every thread, present and future (what a `merge_call` adds for all replicas)."""
+        self._initial.append(item)
+        for items in self._by_thread.values():
+            items.append(item)
+
     def insert(self, index: Any, item: Any) -> None:
         self._items().insert(index, item)
 

@@ -25,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.per_thread import PerThreadList
 
 GLOBAL_STEP_NAME = "global_step"
 _REPLICA_PREFIX = re.compile(r"^(replica_\d+/)+")
@@ -215,10 +216,16 @@ class VariableStore:
         keys = list(self._collections.get(key) or [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
         if variable.trainable:
             keys.append(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+        # A variable asked for in cross-replica code (a TF1 optimizer's slots, made in
+        # merge_call) joins every replica's collections, as in the one TPU trace.
+        everywhere = tf.distribute.in_cross_replica_context()
         for collection in keys:
             ref = graph.get_collection_ref(collection)
             if not any(member is value for member in ref):
-                ref.append(value)
+                if everywhere and isinstance(ref, PerThreadList):
+                    ref.append_everywhere(value)
+                else:
+                    ref.append(value)
 
     def _key(self, name: str | None) -> str:
         if name and name.endswith("/"):  # TF treats a trailing "/" as an absolute name

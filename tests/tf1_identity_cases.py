@@ -147,3 +147,28 @@ def moving_average_as_resnet_picks_it(api: Any, model_dir: str, use_tpu: bool) -
     names = sorted(name for name, _ in tf.train.list_variables(estimator.latest_checkpoint()))
     values = {name: _rounded(estimator.get_variable_value(name)) for name in names if name.startswith("dense/")}
     return {"checkpoint_names": names, "values": values}
+
+
+@case
+def moving_average_of_global_variables(api: Any, model_dir: str, use_tpu: bool) -> dict:
+    """`ema.apply(global_variables())` after `minimize`: the optimizer's slots (made in `merge_call`) averaged too."""
+
+    def model_fn(features, labels, mode, params):
+        predictions, _ = _linear(features)
+        loss = tf.reduce_mean(tf.square(predictions - labels))
+        step = tf.compat.v1.train.get_global_step()
+        train_op = None
+        if mode == "train":
+            update = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, step)
+            averaged = [v for v in tf.compat.v1.global_variables() if v.op.name != "global_step"]
+            ema = tf.compat.v1.train.ExponentialMovingAverage(0.5)
+            with tf.control_dependencies([update]):
+                train_op = ema.apply(averaged)
+        return api.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    estimator = _estimator(api, model_fn, model_dir, use_tpu)
+    estimator.train(input_fn, max_steps=4)
+    estimator.train(input_fn, max_steps=6)
+    names = sorted(name for name, _ in tf.train.list_variables(estimator.latest_checkpoint()))
+    values = {name: _rounded(estimator.get_variable_value(name)) for name in names if name.startswith("dense/")}
+    return {"checkpoint_names": names, "values": values}
