@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import types
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -106,3 +107,18 @@ def test_keras_callback_writes_them_in_its_directory(tmp_path):
     expected = recorded.CASES["TPUEstimator use_tpu=False, iterations_per_loop=1"]["train"]
     assert_same(written["my_loss"], expected["my_loss"][:3])
     assert "loss" in written
+
+
+def test_with_a_keras_optimizer_they_are_the_same(tmp_path):
+    """model_fn without a train_op, a Keras SGD applying its gradients: the same steps and values."""
+    tf1_model_fn = cases.make_model_fn(kte.estimator, True)
+
+    def model_fn(features, labels, mode, params):
+        spec = tf1_model_fn(features, labels, mode, params)
+        return kte.TPUEstimatorSpec(mode, loss=spec.loss)
+
+    model = kte.EstimatorModel(model_fn, use_tpu=False, train_batch_size=4, optimizer=keras.optimizers.SGD(0.1))
+    model.fit(cases.input_fn, steps_per_epoch=7, epochs=1, verbose=0,
+              callbacks=[kte.StepSummaries(str(tmp_path), every_n_steps=2)])
+    expected = recorded.CASES["TPUEstimator use_tpu=False, iterations_per_loop=1"]
+    assert_same(tf1_tags({"train": cases.events(str(tmp_path))}), tf1_tags(expected))
