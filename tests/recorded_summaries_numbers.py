@@ -16,6 +16,18 @@ CASES = {
     "Estimator, save_summary_steps=2, 7 steps, evaluate": {
         "train": {
             "loss": [[1, 0.5451], [3, 0.36856], [5, 0.13788], [7, 0.09071]],
+            "my_image/image/0": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [7, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
+            "my_image/image/1": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [7, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
             "my_loss": [[1, 0.5451], [3, 0.36856], [5, 0.13788], [7, 0.09071]],
             "my_note": [
                 [1, "step summary"],
@@ -69,12 +81,21 @@ CASES = {
                     },
                 ],
             ],
+            "train/train/lr": [[1, 0.08679], [3, 0.10107], [5, 0.08679], [7, 0.10107]],
         },
         "eval": {"checkpoint_path": [[7, None]], "loss": [[7, 0.05932]], "mae": [[7, 0.24043]]},
     },
     "Estimator, save_summary_steps=4, 6 steps": {
         "train": {
             "loss": [[1, 0.5451], [5, 0.13788]],
+            "my_image/image/0": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
+            "my_image/image/1": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
             "my_loss": [[1, 0.5451], [5, 0.13788]],
             "my_note": [[1, "step summary"], [5, "step summary"]],
             "my_predictions": [
@@ -101,11 +122,24 @@ CASES = {
                     },
                 ],
             ],
+            "train/train/lr": [[1, 0.08679], [5, 0.08679]],
         },
     },
     "TPUEstimator use_tpu=False, iterations_per_loop=1": {
         "train": {
             "loss": [[1, 0.5451], [3, 0.36856], [5, 0.13788], [7, 0.09071]],
+            "my_image/image/0": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [7, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
+            "my_image/image/1": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [7, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
             "my_loss": [[1, 0.5451], [3, 0.36856], [5, 0.13788], [7, 0.09071]],
             "my_note": [
                 [1, "step summary"],
@@ -159,11 +193,22 @@ CASES = {
                     },
                 ],
             ],
+            "train/train/lr": [[1, 0.08679], [3, 0.10107], [5, 0.08679], [7, 0.10107]],
         },
     },
     "TPUEstimator use_tpu=False, iterations_per_loop=3, save_summary_steps=4, evaluate": {
         "train": {
             "loss": [[1, 0.5451], [5, 0.13788], [9, 0.03622]],
+            "my_image/image/0": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [9, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
+            "my_image/image/1": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [9, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
             "my_loss": [[1, 0.5451], [5, 0.13788], [9, 0.03622]],
             "my_note": [[1, "step summary"], [5, "step summary"], [9, "step summary"]],
             "my_predictions": [
@@ -201,12 +246,25 @@ CASES = {
                     },
                 ],
             ],
+            "train/train/lr": [[1, 0.08679], [5, 0.08679], [9, 0.08679]],
         },
         "eval": {"checkpoint_path": [[9, None]], "loss": [[9, 0.0318]], "mae": [[9, 0.17703]]},
     },
     "TPUEstimator use_tpu=False, two train calls (3 + 4 steps)": {
         "train": {
             "loss": [[1, 0.5451], [3, 0.36856], [4, 0.1981], [6, 0.13154]],
+            "my_image/image/0": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [4, {"height": 2, "width": 2, "colorspace": 1}],
+                [6, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
+            "my_image/image/1": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [4, {"height": 2, "width": 2, "colorspace": 1}],
+                [6, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
             "my_loss": [[1, 0.5451], [3, 0.36856], [4, 0.1981], [6, 0.13154]],
             "my_note": [
                 [1, "step summary"],
@@ -260,6 +318,7 @@ CASES = {
                     },
                 ],
             ],
+            "train/train/lr": [[1, 0.08679], [3, 0.10107], [4, 0.08679], [6, 0.10107]],
         },
     },
 }
@@ -268,6 +327,18 @@ STRATEGY = {
     "Estimator train_distribute, save_summary_steps=2, 7 steps": {
         "train": {
             "loss": [[1, 0.64969], [3, 0.32617], [5, 0.16419], [7, 0.08307]],
+            "my_image/image/0": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [7, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
+            "my_image/image/1": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [7, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
             "my_loss": [[1, 0.5451], [3, 0.27436], [5, 0.13876], [7, 0.07079]],
             "my_note": [
                 [1, "step summary"],
@@ -321,11 +392,24 @@ STRATEGY = {
                     },
                 ],
             ],
+            "train/train/lr": [[1, 0.08679], [3, 0.08679], [5, 0.08679], [7, 0.08679]],
         },
     },
     "TPUEstimator use_tpu=False train_distribute, iterations_per_loop=3": {
         "train": {
             "loss": [[1, 0.64969], [3, 0.32617], [5, 0.16419], [7, 0.08307]],
+            "my_image/image/0": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [7, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
+            "my_image/image/1": [
+                [1, {"height": 2, "width": 2, "colorspace": 1}],
+                [3, {"height": 2, "width": 2, "colorspace": 1}],
+                [5, {"height": 2, "width": 2, "colorspace": 1}],
+                [7, {"height": 2, "width": 2, "colorspace": 1}],
+            ],
             "my_loss": [[1, 0.5451], [3, 0.27436], [5, 0.13876], [7, 0.07079]],
             "my_note": [
                 [1, "step summary"],
@@ -379,6 +463,7 @@ STRATEGY = {
                     },
                 ],
             ],
+            "train/train/lr": [[1, 0.08679], [3, 0.08679], [5, 0.08679], [7, 0.08679]],
         },
     },
 }

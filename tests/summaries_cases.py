@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 CASES: dict[str, Callable[[types.SimpleNamespace], dict]] = {}
-TF1_TAGS = ("my_loss", "my_predictions", "my_note")
+TF1_TAGS = ("my_loss", "my_predictions", "my_note", "my_image/image/0", "my_image/image/1", "train/train/lr")
 
 
 def data() -> tuple[np.ndarray, np.ndarray]:
@@ -43,6 +43,10 @@ def make_model_fn(estimator: Any, tpu_spec: bool) -> Callable:
         tf.compat.v1.summary.scalar("my_loss", loss)
         tf.compat.v1.summary.histogram("my_predictions", predictions)
         tf.compat.v1.summary.text("my_note", tf.constant("step summary"))
+        tf.compat.v1.summary.image("my_image", tf.reshape(features["x"], [-1, 2, 2, 1]), max_outputs=2)
+        # Not of the global step: the original's read of it raced the train_op's increment
+        # (0.1 / (1 + step) gave the step before the update at most steps, after it at some).
+        tf.compat.v1.summary.scalar("lr", 0.1 * tf.reduce_mean(labels), family="train")
         train_op = None
         if mode == "train":
             optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
@@ -65,6 +69,8 @@ def _value(value: Any) -> Any:
         h = value.histo
         return {"min": round(h.min, 5), "max": round(h.max, 5), "num": h.num, "sum": round(h.sum, 5),
                 "sum_squares": round(h.sum_squares, 5), "buckets": len(h.bucket)}
+    if value.HasField("image"):  # not the PNG bytes: zlib versions may differ
+        return {"height": value.image.height, "width": value.image.width, "colorspace": value.image.colorspace}
     array = tf.make_ndarray(value.tensor)
     return array.item().decode() if array.dtype == object else round(float(array), 5)
 
