@@ -488,6 +488,8 @@ class HostRunner:
                         closing.callback(host_call.close)
                 if self.metrics is not None and (everything or (ending and mode == ModeKeys.EVAL)):
                     closing.callback(self.metrics.close, keep_results)
+                if ending and mode == ModeKeys.TRAIN:  # also when fit raised: the next fit starts off
+                    closing.callback(self.tf1_summaries.stop)
 
     def metric_results(self) -> dict[str, float]:
         """`{name: value}` of `eval_metrics` over the current (or last) evaluation; drains first."""

@@ -122,3 +122,20 @@ def test_with_a_keras_optimizer_they_are_the_same(tmp_path):
               callbacks=[kte.StepSummaries(str(tmp_path), every_n_steps=2)])
     expected = recorded.CASES["TPUEstimator use_tpu=False, iterations_per_loop=1"]
     assert_same(tf1_tags({"train": cases.events(str(tmp_path))}), tf1_tags(expected))
+
+
+def test_a_failed_train_call_leaves_them_off(tmp_path):
+    """After a fit that raised, a fit without StepSummaries writes nothing to the old directory."""
+    model = kte.EstimatorModel(cases.make_model_fn(kte.estimator, True), use_tpu=False, train_batch_size=4)
+
+    class Fail(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        model.fit(cases.input_fn, steps_per_epoch=3, epochs=1, verbose=0,
+                  callbacks=[kte.StepSummaries(str(tmp_path), every_n_steps=1), Fail()])
+    written = len(cases.events(str(tmp_path))["my_loss"])
+    model.fit(cases.input_fn, steps_per_epoch=3, epochs=1, verbose=0)
+    assert model.tf1_summaries.writer is None
+    assert len(cases.events(str(tmp_path))["my_loss"]) == written
