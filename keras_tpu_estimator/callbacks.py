@@ -251,7 +251,9 @@ class StepSummaries(keras.callbacks.Callback):
 
     Written at the first execution boundary at least `every_n_steps` steps after
     the previous write. `loss` is the mean loss of the last execution;
-    `examples/sec` is `global_batch_size * global_step/sec`.
+    `examples/sec` is `global_batch_size * global_step/sec`. TF1 summaries made
+    in `model_fn` (`tf.compat.v1.summary.*`) go to the same directory at the
+    Estimator's steps: the call's first step and every `every_n_steps` after it.
 
     Args:
         logdir: Event file directory (TPUEstimator used `model_dir`).
@@ -279,6 +281,10 @@ class StepSummaries(keras.callbacks.Callback):
         self._writer = tf.summary.create_file_writer(directory)
         self._last_step = self.model.global_step
         self._last_time = time.monotonic()
+        # model_fn's TF1 summaries: from this call's first step, every_n_steps (SummarySaverHook's steps).
+        self._tf1_summaries = getattr(self.model, "tf1_summaries", None)
+        if self._tf1_summaries is not None:
+            self._tf1_summaries.start(self._writer, self._last_step, self.every_n_steps)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         step = self.model.global_step
@@ -295,6 +301,8 @@ class StepSummaries(keras.callbacks.Callback):
         self._last_step, self._last_time = step, now
 
     def on_train_end(self, logs: dict | None = None) -> None:
+        if self._tf1_summaries is not None:
+            self._tf1_summaries.stop()
         self._writer.flush()
         self._writer.close()
         if self._temporary:

@@ -11,6 +11,8 @@ Each host graph has a global step, set to the step's before `fn` runs on it,
 so `tf.compat.v1.train.get_global_step()` in `fn` reads the step its tensors
 come from (in TRAIN the global step before that step's update, as the
 original's CPU path mostly read; in EVAL and PREDICT the model's).
+TF1 summaries made in the TRAIN `model_fn` arrive as each step's merged
+summary and are written at the step after it (`tf1_summaries.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from keras_tpu_estimator.host_loop import build_steps_loop, steps_feeds
 from keras_tpu_estimator.host_plan import HostPart, HostPlan, drop_padding
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.spec import ModeKeys
+from keras_tpu_estimator.tf1_summaries import TF1Summaries
 
 _log = get_logger(__name__)
 
@@ -417,13 +420,19 @@ class HostRunner:
         self._pending: concurrent.futures.Future | None = None
         self._calls: list[str] = []  # modes of the calls in progress (validation inside fit)
         self._warned_uneven = False
+        self.tf1_summaries = TF1Summaries()  # model_fn's tf.compat.v1.summary.* in TRAIN
 
-    def record(self, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False) -> HostPlan | None:
+    def record(
+        self, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False, summaries: bool = False
+    ) -> HostPlan | None:
         """Makes `mode`'s plan at build (`HostPlan.from_spec`) and builds its host functions.
 
+        `summaries`: TRAIN steps send their TF1 summaries (`tf1_summaries.py`).
         Returns the plan (its `specs` are the loop's `host_spec`), or None when nothing is sent.
         """
-        plan = HostPlan.from_spec(mode, spec, replicas, padded, ragged)
+        plan = HostPlan.from_spec(mode, spec, replicas, padded, ragged, summaries)
+        if summaries:
+            self.tf1_summaries.schedule  # noqa: B018  (made before the step is traced)
         self._plans[mode] = plan
         if plan is None:
             return None
@@ -479,6 +488,8 @@ class HostRunner:
                         closing.callback(host_call.close)
                 if self.metrics is not None and (everything or (ending and mode == ModeKeys.EVAL)):
                     closing.callback(self.metrics.close, keep_results)
+                if ending and mode == ModeKeys.TRAIN:  # also when fit raised: the next fit starts off
+                    closing.callback(self.tf1_summaries.stop)
 
     def metric_results(self) -> dict[str, float]:
         """`{name: value}` of `eval_metrics` over the current (or last) evaluation; drains first."""
@@ -519,6 +530,9 @@ class HostRunner:
                     host_call(step, global_steps[index])
         if plan.eval_metrics is not None and self.metrics is not None:
             self.metrics.update_steps(values.eval_metrics, values.mask, steps, global_steps)
+        if plan.summaries:  # each step's at the global step after its update
+            after = first_step + steps if last_step is None else last_step
+            self.tf1_summaries.write(plan.summaries_of(host), [*global_steps[1:], after])
 
     def submit(self, mode: str, host: list, first_step: int, steps: int, last_step: int | None = None) -> None:
         """Runs an execution's host steps on the host thread while the next execution runs.

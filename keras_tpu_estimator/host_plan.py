@@ -1,7 +1,9 @@
 """The host plan: what each step sends to the host, in which order, written once for both sides.
 
 A step's host tensors travel as one flat list: `host_call`'s tensors, then
-`eval_metrics`' (EVAL only), then the padding mask when the batch is padded.
+`eval_metrics`' (EVAL only), then the step's merged TF1 summary (TRAIN, when
+`model_fn` makes `tf.compat.v1.summary.*`: `tf1_summaries.py`), then the
+padding mask when the batch is padded.
 `HostPlan` is made once per mode at build (`HostRunner.record`); the device
 step builds the list with `HostPlan.device_values` and the host takes it apart
 with `HostPlan.split`, so the order is written here only.
@@ -25,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu_estimator import tf1_summaries
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.spec import ModeKeys
 
@@ -175,6 +178,7 @@ class HostPlan:
             loop's `host_spec`; a list, as `device_values` returns).
         concat: For each of `specs`, whether the loop concatenates it over
             steps (a ragged tensor's flat values) instead of stacking it.
+        summaries: Each step sends its merged TF1 summary (`tf1_summaries.SPEC`).
 
     Example:
 
@@ -191,14 +195,17 @@ class HostPlan:
     padded: bool
     specs: list[tf.TensorSpec]
     concat: tuple[bool, ...]
+    summaries: bool = False
 
     @classmethod
-    def from_spec(cls, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False) -> HostPlan | None:
-        """Checks `spec`'s host tensors; the plan, or None when it has no `host_call` or `eval_metrics`.
+    def from_spec(
+        cls, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False, summaries: bool = False
+    ) -> HostPlan | None:
+        """Checks `spec`'s host tensors; the plan, or None when nothing travels to the host.
 
         `ragged` (the CPU path: one replica, batches as the input made them):
         a tensor whose static shape is not fully known travels ragged, and
-        scalars are allowed.
+        scalars are allowed. `summaries`: each step also sends its TF1 summary.
         """
         pairs = [("host_call", getattr(spec, "host_call", None))]
         if mode == ModeKeys.EVAL:
@@ -211,7 +218,7 @@ class HostPlan:
                 check_batch_major(name, part_tensors, keys, scalars=ragged)
                 found[name] = (fn, keys, part_tensors)
                 tensors += part_tensors
-        if not found:
+        if not found and not summaries:
             return None
         if not tensors or ragged:  # host_call=(fn, []): nothing travels, but fn still runs once per step
             padded = False
@@ -224,9 +231,11 @@ class HostPlan:
             else:
                 specs.append(tf.TensorSpec(t.shape, t.dtype))
                 concat.append(False)
-        mask_rows = None
+        mask_rows = tf.compat.dimension_value(specs[0].shape[0]) if padded else None
+        if summaries:
+            specs.append(tf1_summaries.SPEC)
+            concat.append(False)
         if padded:
-            mask_rows = tf.compat.dimension_value(specs[0].shape[0])
             specs.append(tf.TensorSpec([mask_rows], tf.float32))
             concat.append(False)
 
@@ -244,17 +253,19 @@ class HostPlan:
             is_ragged = tuple(ragged and not t.shape.is_fully_defined() for t in part_tensors)
             return HostPart(name, fn, None if keys is None else tuple(keys), tuple(gathered), per_row, is_ragged)
 
-        return cls(mode, part("host_call"), part("eval_metrics"), padded, specs, tuple(concat))
+        return cls(mode, part("host_call"), part("eval_metrics"), padded, specs, tuple(concat), summaries)
 
     def _parts(self) -> list[HostPart]:
         return [part for part in (self.host_call, self.eval_metrics) if part is not None]
 
-    def device_values(self, spec: Any, mask: Any) -> list[tf.Tensor]:
+    def device_values(self, spec: Any, mask: Any, summary: Any = None) -> list[tf.Tensor]:
         """One replica's host tensors for one step, in transfer order (the device side).
 
         Args:
             spec: The step's `model_fn` spec.
             mask: The step's padding mask, or None.
+            summary: The step's merged TF1 summary (`TF1Summaries.step_summary`),
+                when the plan sends `summaries` (None: an empty one).
         """
         tensors: list = []
         for part in self._parts():
@@ -266,6 +277,8 @@ class HostPlan:
                 )
             for tensor, ragged in zip(split_host_call(part.name, pair)[2], part.ragged, strict=True):
                 tensors += [tf.reshape(tensor, [-1]), tf.shape(tensor)] if ragged else [tensor]
+        if self.summaries:
+            tensors.append(tf.constant([""]) if summary is None else summary)
         return tensors + ([mask] if mask is not None and self.padded else [])
 
     def split(self, values: Sequence[Any]) -> HostValues:
@@ -282,4 +295,12 @@ class HostPlan:
             return [RaggedSteps(next(arrays), next(arrays)) if ragged else next(arrays) for ragged in part.ragged]
 
         host_call, metrics = take(self.host_call), take(self.eval_metrics)
+        if self.summaries:
+            next(arrays)  # `summaries_of`'s
         return HostValues(host_call, metrics, next(arrays) if self.padded else None)
+
+    def summaries_of(self, values: Sequence[Any]) -> Any:
+        """An execution's `[steps, replicas]` serialized TF1 summaries (the host side), or None."""
+        if not self.summaries:
+            return None
+        return values[len(values) - 1 - int(self.padded)]

@@ -218,6 +218,11 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         record = self._runner.modes.get(ModeKeys.TRAIN)
         return (record and record.batch.global_size) or self._runner.configured[ModeKeys.TRAIN].global_size
 
+    @property
+    def tf1_summaries(self) -> Any:
+        """Where `model_fn`'s TF1 summaries go in training (`tf1_summaries.TF1Summaries`; `StepSummaries` starts it)."""
+        return self._runner.host.tf1_summaries
+
     def release_host(self) -> None:
         """Ends the host thread and closes the host functions' sessions.
 

@@ -239,12 +239,18 @@ class ModelFnRunner:
                     )
                 check_scaffold(scaffold, "scaffold_fn")
             summaries = summary_names(graph)
-            if summaries:
+            # TF1 summaries: written in TRAIN off a TPU, as the Estimator's SummarySaverHook
+            # wrote them (tf1_summaries.py); its evaluate and predict wrote none, nor its TPU path.
+            writes_summaries = bool(summaries) and mode == ModeKeys.TRAIN and not _compat.is_tpu_strategy(self.strategy)
+            if summaries and not writes_summaries:
+                on_tpu = _compat.is_tpu_strategy(self.strategy)
                 _log.warning(
                     "model_fn creates TF1 summaries %s in %s mode. Summaries inside model_fn "
-                    "are not written (nor were they on a TPU). Write them in host_call: "
+                    "are not written %s. Write them in host_call: "
                     "return `host_call=(fn, [tensor])` and call `tf.summary.scalar` in fn.",
                     summaries, mode,
+                    "on a TPU (nor were they by TPUEstimator)" if on_tpu
+                    else "in evaluation or prediction (nor were they by the Estimator)",
                 )
             output_spec = None
             if mode == ModeKeys.PREDICT:
@@ -258,7 +264,8 @@ class ModelFnRunner:
         # On the CPU path the host gets each step's tensors as model_fn made them (ragged
         # when their shapes vary by step), as the original's CPU path passed them.
         record.host_plan = self.host.record(
-            mode, spec, self.local_replicas, padded=mask_spec is not None, ragged=not self.use_tpu
+            mode, spec, self.local_replicas, padded=mask_spec is not None, ragged=not self.use_tpu,
+            summaries=writes_summaries,
         )
         hooks = {
             ModeKeys.TRAIN: "training_hooks",
@@ -311,10 +318,16 @@ class ModelFnRunner:
             return tf.constant(float(rows))
         return tf.cast(tf.shape(first)[0], tf.float32)
 
-    def _host_values(self, mode: str, spec: Any, mask: Any) -> list:
-        """What one step sends to the host, in the host plan's order (`host_plan.py`)."""
+    def _host_values(self, mode: str, spec: Any, mask: Any, step_before: Any = None) -> list:
+        """What one step sends to the host, in the host plan's order (`host_plan.py`).
+
+        `step_before`: in TRAIN, the global step before the update (it schedules TF1 summaries).
+        """
         plan = self.modes[mode].host_plan
-        return [] if plan is None else plan.device_values(spec, mask)
+        if plan is None:
+            return []
+        summary = self.host.tf1_summaries.step_summary(step_before) if plan.summaries else None
+        return plan.device_values(spec, mask, summary)
 
     def _static(self, mode: str, data: Any) -> Any:
         """`data` with the static per-replica shapes of the build.
@@ -337,6 +350,8 @@ class ModelFnRunner:
         the loss and the host tensors.
         """
         features, labels, _ = unpack(self._static(ModeKeys.TRAIN, data))
+        step_variable = self.store.global_step.value
+        before = step_variable.read_value()
         if self.uses_keras_optimizer:
             variables = self._owner.trainable_variables
             with tf.GradientTape() as tape:
@@ -347,11 +362,9 @@ class ModelFnRunner:
             return {
                 "loss": loss,
                 "weight": self._weight(features),
-                "host": self._host_values(ModeKeys.TRAIN, spec, None),
+                "host": self._host_values(ModeKeys.TRAIN, spec, None, before),
                 "gradients": gradients,
             }
-        step_variable = self.store.global_step.value
-        before = step_variable.read_value()
         spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
         if spec.train_op is None:
             raise ValueError(
@@ -370,7 +383,7 @@ class ModelFnRunner:
         # Each replica fetches its own train_op (the step count reads replica 0's only).
         with tf.control_dependencies([train_op, *done]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
-            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None)]
+            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None, before)]
         return {"loss": loss, "weight": self._weight(features), "host": host}
 
     def apply_keras_optimizer(self, result: dict) -> dict:

@@ -160,8 +160,8 @@ class Estimator(EstimatorCalls):
     ```
 
     Differences from the Estimator: `hooks` may also be Keras callbacks;
-    summaries made by `tf.compat.v1.summary` inside `model_fn` are not written
-    (the loss, `global_step/sec` and evaluation results are).
+    summaries made by `tf.compat.v1.summary` inside the TRAIN `model_fn` are
+    written at the Estimator's steps, the facade's `loss` at execution boundaries.
     """
 
     def __init__(

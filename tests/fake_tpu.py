@@ -145,6 +145,41 @@ def identity_model_fn(features, labels, mode, params):
     return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
+def summaries_model_fn(features, labels, mode, params):
+    """EfficientDet's style: TF1 summaries inside model_fn (dropped on a TPU, as TPUEstimator did)."""
+    output = tf.compat.v1.layers.dense(features["x"], 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, output)
+    tf.compat.v1.summary.scalar("my_loss", loss)
+    tf.compat.v1.summary.histogram("my_output", output)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
+    return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def tf1_summaries_report():
+    """The TPU program's TF1 summary ops and the warning, for a model_fn that makes summaries."""
+    import logging
+
+    messages = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger("keras_tpu_estimator")
+    handler = Recorder(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        counts = op_counts(make_model(model_fn=summaries_model_fn).trace(input_fn))
+    finally:
+        logger.removeHandler(handler)
+    return {
+        "summary_ops": sum(counts.get(op, 0) for op in ("ScalarSummary", "HistogramSummary", "MergeSummary")),
+        "TPUReplicateMetadata": counts.get("TPUReplicateMetadata", 0),
+        "warnings": [m for m in messages if "TF1 summaries" in m],
+    }
+
+
 def node_names(concrete_function):
     return [(node.name, node.op) for node in graph_nodes(concrete_function)]
 
@@ -188,6 +223,7 @@ def main():
     identity = make_model(model_fn=identity_model_fn)
     identity.trace(input_fn)  # the build, then the TPU program: each starts from a fresh graph's collections
     report["tf1_identity"] = IDENTITY_SEEN
+    report["tf1_summaries"] = tf1_summaries_report()
     dynamic = make_model(params={"drop_remainder": False})
     try:
         dynamic.trace(input_fn)

@@ -7,7 +7,7 @@ import tempfile
 LAYERS = {
     "_compat": 0, "per_thread": 0, "versions": 0, "tf_config": 0, "logs": 0, "nan_errors": 0, "graph_mode": 0,
     "spec": 1, "config": 1,
-    "strategy": 2, "variables": 2, "inputs": 2, "graph_input": 2, "checkpoints": 2, "meta_graph": 2, "legacy": 2, "cross_replica": 2,
+    "strategy": 2, "variables": 2, "inputs": 2, "graph_input": 2, "checkpoints": 2, "meta_graph": 2, "legacy": 2, "cross_replica": 2, "tf1_summaries": 2,
     "serving": 2, "fetches": 2, "worker_errors": 2, "optimizer_view": 2, "model_dir": 2,
     "model_dir_lock": 2, "batch_plan": 2, "estimator_args": 2,
     "invoke": 3, "loop": 3, "host": 3, "host_plan": 3, "host_loop": 3, "metric_ops": 3, "padding": 3, "predictions": 3, "export": 3, "preemption": 3,

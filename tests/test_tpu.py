@@ -75,3 +75,12 @@ def test_running_needs_a_real_tpu(report):
 def test_a_dynamic_batch_is_refused_before_tracing(report):
     assert "must have static shape on a TPU" in report["dynamic_batch"]
     assert "drop_remainder=True" in report["dynamic_batch"]
+
+
+def test_tf1_summaries_in_model_fn_are_dropped_on_a_tpu_with_a_warning(report):
+    """TPUEstimator's TPU path wrote no `tf.compat.v1.summary.*` of model_fn: none is in the TPU program."""
+    summaries = report["tf1_summaries"]
+    assert summaries["TPUReplicateMetadata"] == 1
+    assert summaries["summary_ops"] == 0
+    assert len(summaries["warnings"]) == 1 and "on a TPU" in summaries["warnings"][0]
+    assert "my_loss" in summaries["warnings"][0] and "host_call" in summaries["warnings"][0]
