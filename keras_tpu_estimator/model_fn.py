@@ -270,6 +270,7 @@ class ModelFnRunner:
             ModeKeys.PREDICT: "prediction_hooks",
         }[mode]
         record.hooks, record.graph = list(getattr(spec, hooks)), graph
+        self.hook_tensors.at_build(mode, record.hooks)
         record.loss_name = getattr(spec.loss, "op", None) and spec.loss.op.name
         # TF1 ran init_from_checkpoint as the variables' initializers: once, when
         # they are created (a restore from model_dir comes later and wins).
@@ -317,7 +318,7 @@ class ModelFnRunner:
 
     def _hook_writes(self, mode: str, spec: Any) -> list:
         """The step's writes of the tensors session hooks fetch (`step_tensors.py`)."""
-        return self.hook_tensors.capture(mode, spec, self.modes[mode].hooks)
+        return self.hook_tensors.capture(mode, spec)
 
     def _host_values(self, mode: str, spec: Any, mask: Any) -> list:
         """What one step sends to the host, in the host plan's order (`host_plan.py`)."""

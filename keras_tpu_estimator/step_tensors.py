@@ -20,7 +20,8 @@ Example:
 ```python
 wanted = StepTensors(strategy)
 wanted.want("train", "learning_rate:0", tf.float32, [])   # before the loop is traced
-writes = wanted.capture("train", spec, build_hooks)        # inside the step: assignments
+wanted.at_build("train", spec.training_hooks)              # when the mode is built
+writes = wanted.capture("train", spec)                     # inside the step: assignments
 wanted.value("train", "learning_rate:0")                   # after an execution
 ```
 """
@@ -72,6 +73,7 @@ class StepTensors:
         self._variables: dict[str, dict[str, tf.Variable]] = {}
         self._traced: dict[str, set[str]] = {}  # names each mode's step was traced with
         self._written: set[str] = set()
+        self._built: dict[str, list[str]] = {}  # names of the tensors the build's spec hooks held
 
     def wanted(self, mode: str) -> list[str]:
         """The tensor names hooks of `mode` asked for."""
@@ -102,7 +104,11 @@ class StepTensors:
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
 
-    def capture(self, mode: str, spec: Any, build_hooks: list) -> list:
+    def at_build(self, mode: str, hooks: list) -> None:
+        """Notes the tensors the build's spec hooks hold (their names; `begin()` rebinds the hooks later)."""
+        self._built[mode] = [t.name for t in hook_tensors(list(hooks))]
+
+    def capture(self, mode: str, spec: Any) -> list:
         """Inside `mode`'s step: assignments of this trace's wanted tensors to their variables."""
         variables = self._variables.get(mode, {})
         self._traced[mode] = set(variables)
@@ -112,10 +118,10 @@ class StepTensors:
         scope = _REPLICA_SCOPE.match(graph.get_name_scope())
         prefix = scope.group(1) + "/" if scope else ""
         rebound: dict[str, tf.Tensor] = {}
-        built = hook_tensors(list(build_hooks))
+        built = self._built.get(mode, [])
         now = hook_tensors(list(getattr(spec, _HOOKS.get(mode, ""), None) or []))
         if len(built) == len(now):
-            rebound = {b.name: n for b, n in zip(built, now, strict=True)}
+            rebound = {b: n for b, n in zip(built, now, strict=True)}
         writes = []
         for name, variable in variables.items():
             tensor = rebound.get(name)

@@ -30,11 +30,14 @@ def case(function: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return function
 
 
+def data() -> tuple[np.ndarray, np.ndarray]:
+    """The 64 rows `input_fn` repeats: features `[64, 4]` and labels `[64, 1]`."""
+    x = np.random.RandomState(0).randn(64, 4).astype(np.float32)
+    return x, x @ np.array([[1.0], [-2.0], [3.0], [0.5]], np.float32)
+
+
 def input_fn(params):
-    rng = np.random.RandomState(0)
-    x = rng.randn(64, 4).astype(np.float32)
-    y = x @ np.array([[1.0], [-2.0], [3.0], [0.5]], np.float32)
-    dataset = tf.data.Dataset.from_tensor_slices((x, y))
+    dataset = tf.data.Dataset.from_tensor_slices(data())
     return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
 
 
@@ -193,3 +196,51 @@ def summary_saver_in_evaluation(api: Any) -> dict:
     est.evaluate(input_fn, steps=3)
     tf.compat.v1.summary.FileWriterCache.get(output).flush()
     return {"events": events(output)}
+
+
+def ema_model_fn(features, labels, mode, params):
+    """tensorflow/tpu's MobileNet shape: training keeps moving averages of the trainable variables."""
+    step = tf.compat.v1.train.get_or_create_global_step()
+    w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.ones_initializer())
+    loss = tf.reduce_mean(tf.square(tf.matmul(features, w) - labels))
+    tpu = API["tpu"]
+    if mode == "train":
+        minimize = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(loss, global_step=step)
+        ema = tf.compat.v1.train.ExponentialMovingAverage(0.5, num_updates=step)
+        with tf.control_dependencies([minimize]):
+            train_op = ema.apply(tf.compat.v1.trainable_variables())
+        return tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+    return tpu.TPUEstimatorSpec(mode, loss=loss, eval_metrics=(lambda: {}, []))
+
+
+class LoadEMAHook(tf.compat.v1.train.SessionRunHook):
+    """tensorflow/tpu's LoadEMAHook: evaluation runs on the moving averages of the latest checkpoint."""
+
+    def __init__(self, model_dir: str, decay: float = 0.5):
+        self._model_dir, self._decay = model_dir, decay
+
+    def begin(self):
+        ema = tf.compat.v1.train.ExponentialMovingAverage(self._decay)
+        self.restored = sorted(ema.variables_to_restore())
+        self._saver = tf.compat.v1.train.Saver(ema.variables_to_restore())
+
+    def after_create_session(self, sess, coord):
+        self._saver.restore(sess, tf.train.latest_checkpoint(self._model_dir))
+
+
+@case
+def load_ema_hook(api: Any) -> dict:
+    """Evaluation without and with a LoadEMAHook (Saver(ema.variables_to_restore()) restored into the model)."""
+    API["tpu"] = api.tpu
+    config = api.tpu.RunConfig(model_dir=api.model_dir, train_distribute=api.strategy,
+                               eval_distribute=api.strategy, tpu_config=api.tpu.TPUConfig(iterations_per_loop=2))
+    est = api.tpu.TPUEstimator(ema_model_fn, config=config, use_tpu=api.use_tpu, train_batch_size=BATCH,
+                               eval_batch_size=BATCH)
+    est.train(input_fn, steps=6)
+    raw = est.evaluate(input_fn, steps=2)
+    hook = LoadEMAHook(api.model_dir)
+    averaged = est.evaluate(input_fn, steps=2, hooks=[hook])
+    again = est.evaluate(input_fn, steps=2)
+    return {"raw": float(raw["loss"]), "ema": float(averaged["loss"]), "raw_again": float(again["loss"]),
+            "restored": hook.restored, "w": est.get_variable_value("w").ravel().tolist(),
+            "shadow": est.get_variable_value("w/ExponentialMovingAverage").ravel().tolist()}
