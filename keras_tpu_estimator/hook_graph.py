@@ -195,13 +195,16 @@ class HookSession:
         """
         reader = tf.train.load_checkpoint(save_path)
         stored = reader.get_variable_to_shape_map()
-        for name, key in names.items():
+        values = {}
+        for name, key in names.items():  # all read first: a missing one changes nothing
             if name not in self._variables:
                 raise ValueError(f"restore_variables: the model has no variable {name!r}. Model variables: "
                                  f"{sorted(self._variables)}.")
             if key not in stored:
                 raise tf.errors.NotFoundError(None, None, f"Key {key} not found in checkpoint {save_path}.")
-            self._variables[name].write(reader.get_tensor(key))
+            values[name] = reader.get_tensor(key)
+        for name, value in values.items():
+            self._variables[name].write(value)
 
     def close(self) -> None:
         """Closes the TF1 session behind it."""
