@@ -50,6 +50,7 @@ from keras_tpu_estimator.hook_graph import (
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.profiler import ExecutionProfile
 from keras_tpu_estimator.spec import ModeKeys
+from keras_tpu_estimator.step_tensors import TracedWithoutError
 
 _log = get_logger(__name__)
 _MODES = {"train": ModeKeys.TRAIN, "test": ModeKeys.EVAL, "predict": ModeKeys.PREDICT}
@@ -97,6 +98,8 @@ class SessionRunHookCallback(keras.callbacks.Callback):
             for name in string_names(vars(self.hook)):  # tensors named by strings: placeholders first
                 try:
                     session.element(name)
+                except TracedWithoutError:
+                    raise
                 except ValueError:
                     pass  # begin() says what it could not find
             try:

@@ -61,6 +61,10 @@ def hook_tensors(value: Any, seen: set[int] | None = None) -> list[tf.Tensor]:
     return found
 
 
+class TracedWithoutError(ValueError):
+    """A hook fetches an in-step tensor that the mode's step was traced without."""
+
+
 class StepTensors:
     """The in-step tensors session hooks of each mode fetch, and their last values.
 
@@ -83,13 +87,13 @@ class StepTensors:
         """Keeps tensor `name` of `mode`'s steps from now on (call before the step is traced).
 
         Raises:
-            ValueError: `mode`'s step was traced without it (a model reused with new hooks).
+            TracedWithoutError: `mode`'s step was traced without it (a model reused with new hooks).
         """
         variables = self._variables.setdefault(mode, {})
         if name in variables:
             return
         if mode in self._traced and name not in self._traced[mode]:
-            raise ValueError(
+            raise TracedWithoutError(
                 f"A session hook fetches {name!r}, computed inside the {mode} step, but this model's "
                 f"{mode} step was already traced without it. Pass the hook in the model's first "
                 f"{mode} call (or build a new model)."

@@ -50,6 +50,10 @@ def model_fn(features, labels, mode, params):
     step = tf.compat.v1.train.get_or_create_global_step()
     w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.ones_initializer())
     predictions = tf.matmul(features, w)
+    if mode == "infer":
+        tensors = {"step": step, "feature_sum": tf.reduce_sum(features, name="feature_sum")}
+        return API["tpu"].TPUEstimatorSpec(mode, predictions={"y": predictions},
+                                           prediction_hooks=params["hooks"](mode, tensors))
     loss = tf.reduce_mean(tf.square(predictions - labels))
     mae = tf.reduce_mean(tf.abs(predictions - labels), name="batch_mae")
     learning_rate = tf.compat.v1.train.exponential_decay(0.05, step, 1, 0.9, name="learning_rate")
@@ -77,7 +81,7 @@ def estimator(api: Any, hooks: Callable, k: int = 2) -> Any:
     API["tpu"] = api.tpu  # a module: params are deep-copied
     params = {"hooks": hooks}
     return api.tpu.TPUEstimator(model_fn, config=config, params=params, use_tpu=api.use_tpu,
-                                train_batch_size=BATCH, eval_batch_size=BATCH)
+                                train_batch_size=BATCH, eval_batch_size=BATCH, predict_batch_size=BATCH)
 
 
 def _no_hooks(mode, tensors):
@@ -119,6 +123,27 @@ def eval_logging(api: Any) -> dict:
     est.train(input_fn, steps=2)
     result = est.evaluate(input_fn, steps=3)
     return {"logged": logged, "loss": float(result["loss"]), "global_step": int(result["global_step"])}
+
+
+def predict_input_fn(params):
+    return tf.data.Dataset.from_tensor_slices(data()[0][:40]).batch(params["batch_size"])
+
+
+@case
+def prediction_logging(api: Any) -> dict:
+    """A prediction hook logging the step and a tensor computed from each batch's features."""
+    logged = []
+
+    def hooks(mode, tensors):
+        if mode != "infer":
+            return []
+        return [tf.compat.v1.train.LoggingTensorHook(
+            tensors, every_n_iter=1, formatter=lambda values: logged.append(_values(values)) or "")]
+
+    est = estimator(api, hooks)
+    est.train(input_fn, steps=1)
+    predictions = [p["y"].tolist() for p in est.predict(predict_input_fn)]
+    return {"logged": logged, "predictions": len(predictions)}
 
 
 class VariablesHook(tf.compat.v1.train.SessionRunHook):

@@ -63,7 +63,7 @@ def test_logging_tensor_hook_fetches_the_global_step_variables_loss_and_step_ten
     assert_same(run("logging_tensors", tmp_path), expected)
 
 
-@pytest.mark.parametrize("name", ["eval_logging", "variables_in_begin", "summary_saver_in_evaluation", "load_ema_hook"])
+@pytest.mark.parametrize("name", ["eval_logging", "prediction_logging", "variables_in_begin", "summary_saver_in_evaluation", "load_ema_hook"])
 def test_the_cpu_path_gives_the_originals_hook_values(tmp_path, name):
     assert_same(run(name, tmp_path), RESULTS[name])
 
@@ -118,6 +118,24 @@ def test_the_strategy_path_runs_hooks_per_execution_on_the_last_steps_values(tmp
 
     summaries = run("summary_saver_in_evaluation", tmp_path / "summary", True, strategy)
     assert_same(summaries, {"events": [[2, "batch_mae_1", round(m, 5)] for m in mae]})
+
+
+def test_prediction_hooks_on_the_strategy_path_see_the_last_batch_of_each_execution(tmp_path, strategy):
+    original = RESULTS["prediction_logging"]
+    logged = [original["logged"][b] for b in (1, 3, 4)]  # 5 batches in executions of 2, 2, 1
+    if strategy.num_replicas_in_sync > 1:  # replica 0: the first 2 of each batch's 8 rows
+        x = hook_programs.data()[0]
+        logged = [dict(e, feature_sum=float(x[8 * b:8 * b + 2].sum())) for e, b in zip(logged, (1, 3, 4), strict=True)]
+    assert_same(run("prediction_logging", tmp_path, True, strategy), dict(original, logged=logged))
+
+
+def test_a_reused_model_refuses_a_new_step_tensor_after_its_step_was_traced():
+    model = kte.EstimatorModel(hook_programs.model_fn, params={"hooks": hook_programs._no_hooks}, train_batch_size=8)
+    hook_programs.API["tpu"] = kte
+    model.fit(hook_programs.input_fn, callbacks=[kte.StopAtStep(steps=1)], verbose=0)
+    hook = tf.compat.v1.train.LoggingTensorHook(["learning_rate:0"], every_n_iter=1)
+    with pytest.raises(ValueError, match="already traced without it"):
+        model.fit(hook_programs.input_fn, callbacks=[hook, kte.StopAtStep(steps=2)], verbose=0)
 
 
 @pytest.mark.parametrize("name", ["variables_in_begin", "load_ema_hook"])
