@@ -31,6 +31,7 @@ session.run(step)   # the model's global step
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +87,8 @@ class HookSession:
         self._step_values = step_values  # placeholder op name -> () -> the value of the run's last step
         self._find_step_tensor = find_step_tensor  # name -> a new placeholder of the hook graph, or None
         self._session: tf.compat.v1.Session | None = None
+        self._initialized: set[str] = set()  # the hooks' own variables the session initialised
+        self.users = 0  # the hooks sharing it (`shared_hook_session`)
 
     # ------------------------------------------------------------ elements
     def element(self, fetch: Any) -> Any:
@@ -138,11 +141,12 @@ class HookSession:
     def _tf_session(self) -> tf.compat.v1.Session:
         if self._session is None:
             self._session = tf.compat.v1.Session(graph=self.graph)
-            with self.graph.as_default():
-                own = [v for v in tf.compat.v1.global_variables() + tf.compat.v1.local_variables()
-                       if v.op.name not in self._variables]
-            if own:  # variables a hook made in begin(): initialised, as a TF1 Scaffold did
-                self._session.run([v.initializer for v in own])
+        with self.graph.as_default():
+            own = [v for v in tf.compat.v1.global_variables() + tf.compat.v1.local_variables()
+                   if v.op.name not in self._variables and v.op.name not in self._initialized]
+        if own:  # variables hooks made in begin(): initialised, as a TF1 Scaffold did
+            self._session.run([v.initializer for v in own])
+            self._initialized.update(v.op.name for v in own)
         return self._session
 
     def run(
@@ -291,6 +295,41 @@ def _as_tf1_result(value: Any) -> Any:
     if isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 0:
         return value.item()
     return value
+
+
+_SHARED: dict[tuple[int, str], tuple[weakref.ref, HookSession]] = {}
+
+
+def shared_hook_session(model: keras.Model, mode: str) -> HookSession:
+    """The hook graph and session the hooks of `model`'s current `mode` call share, as TF1's hooks
+    shared one graph and session; `release_hook_session` when a hook is done with it.
+
+    Example:
+
+    ```python
+    session = shared_hook_session(model, ModeKeys.EVAL)
+    ...
+    release_hook_session(model, ModeKeys.EVAL)   # the last user closes it
+    ```
+    """
+    key = (id(model), mode)
+    owner, session = _SHARED.get(key, (None, None))
+    if owner is None or owner() is not model:  # (a dead model's id may come again)
+        session = hook_session(model, mode)
+        _SHARED[key] = (weakref.ref(model, lambda _: _SHARED.pop(key, None)), session)
+    session.users += 1
+    return session
+
+
+def release_hook_session(model: keras.Model, mode: str) -> None:
+    """One hook is done with `model`'s shared `mode` session; the last one closes it."""
+    owner, session = _SHARED.get((id(model), mode), (None, None))
+    if owner is None or owner() is not model:
+        return
+    session.users -= 1
+    if session.users <= 0:
+        session.close()
+        del _SHARED[(id(model), mode)]
 
 
 def _last_loss(model: keras.Model) -> np.float32:

@@ -42,8 +42,9 @@ from keras_tpu_estimator import _compat
 from keras_tpu_estimator.hook_graph import (
     FETCHABLE,
     HookSession,
-    hook_session,
     rebind,
+    release_hook_session,
+    shared_hook_session,
     string_names,
     variable_names,
 )
@@ -82,13 +83,14 @@ class SessionRunHookCallback(keras.callbacks.Callback):
         self._context: Any = None
         self._snapshot: dict = {}
         self._profile = ExecutionProfile(hook)
+        self._mode: str | None = None
         self.stop_step: int | None = None  # bounds the driver reads: a StopAtStepHook's step,
         self.max_steps_per_execution: int | None = None  # and one step per run on the CPU path
 
     # ---------------------------------------------------------------- life
     def _begin(self, kind: str) -> None:
-        mode = _MODES[kind]
-        self._session = hook_session(self.model, mode)
+        mode = self._mode = _MODES[kind]
+        self._session = shared_hook_session(self.model, mode)  # one graph for the call's hooks, as TF1's
         if not self.model.runs_on_strategy_path:
             self.max_steps_per_execution = 1  # the original's CPU path: a hook run per step
         if kind == "train":
@@ -106,7 +108,11 @@ class SessionRunHookCallback(keras.callbacks.Callback):
                 self.hook.__dict__.update(rebind(dict(vars(self.hook)), session, variable_names(self.model), set()))
                 self.hook.begin()
             except (KeyError, ValueError) as error:
+                self._release()
                 raise ValueError(f"{type(self.hook).__name__}.begin() failed: {error} {FETCHABLE}") from error
+            except BaseException:
+                self._release()
+                raise
             self.hook.after_create_session(session, tf.train.Coordinator())
 
     def _before(self) -> None:
@@ -136,10 +142,17 @@ class SessionRunHookCallback(keras.callbacks.Callback):
         if self._session is None:
             return
         self._profile.after(self.model.global_step)
-        with self._session.graph.as_default():
-            self.hook.end(self._session)
-        self._session.close()
-        self.stop_step = self.max_steps_per_execution = None
+        try:
+            with self._session.graph.as_default():
+                self.hook.end(self._session)
+        finally:
+            self._release()
+            self.stop_step = self.max_steps_per_execution = None
+
+    def _release(self) -> None:
+        if self._session is not None:
+            release_hook_session(self.model, self._mode)
+            self._session = None
 
     # ---------------------------------------------------------------- Keras
     def on_train_begin(self, logs: dict | None = None) -> None:

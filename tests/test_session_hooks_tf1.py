@@ -149,3 +149,28 @@ def test_profiler_hook_on_the_strategy_path_profiles_the_executions_it_names(tmp
     found = profiles(tmp_path / "profile")
     assert [name.rsplit("_step_", 1)[1] for name in found] == ["4"]
     assert all(planes is None or planes > 0 for planes in found.values())
+
+
+def test_the_hooks_of_a_call_share_one_graph_and_their_own_variables_live_in_its_session(tmp_path):
+    class Maker(tf.compat.v1.train.SessionRunHook):
+        def begin(self):
+            tf.identity(tf.compat.v1.train.get_global_step(), name="made_by_another_hook")
+
+    class Counter(tf.compat.v1.train.SessionRunHook):
+        def begin(self):
+            self.made = tf.compat.v1.get_default_graph().get_tensor_by_name("made_by_another_hook:0")
+            self.runs = tf.compat.v1.get_variable("runs", [], tf.int64, tf.compat.v1.zeros_initializer(),
+                                                  trainable=False, use_resource=True)
+            self.count = self.runs.assign_add(1)
+
+        def before_run(self, run_context):
+            return tf.compat.v1.train.SessionRunArgs({"count": self.count, "step": self.made})
+
+        def after_run(self, run_context, run_values):
+            self.seen = run_values.results
+
+    counter = Counter()
+    est = hook_programs.estimator(types.SimpleNamespace(tpu=kte, model_dir=str(tmp_path), use_tpu=False,
+                                                        strategy=None), hook_programs._no_hooks)
+    est.train(hook_programs.input_fn, steps=3, hooks=[Maker(), counter])
+    assert counter.seen == {"count": 3, "step": 2}  # its own variable counted 3 runs; the step as run 3 began
