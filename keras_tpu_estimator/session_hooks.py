@@ -4,7 +4,8 @@ A TPUEstimator hook saw one `session.run` per loop of `iterations_per_loop`
 steps. `SessionRunHookCallback` gives it the same life here:
 
 - `begin()` once the model is built, in a small TF1 *hook graph*
-  (`hook_graph.py`: the default graph while the hook runs) that holds the
+  (`hook_graph.py`: the default graph while the hook runs; the hooks of one
+  call share it and its session, as TF1's hooks did) that holds the
   model's variables as TF1 variables under their TF1 names (`global_step`,
   `dense/kernel`), a placeholder for the step's loss and one for each tensor
   computed inside the step that the hook fetches (`step_tensors.py`); the
