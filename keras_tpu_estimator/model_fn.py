@@ -164,10 +164,10 @@ class ModelFnRunner:
         self.host = HostRunner(every_n)
         self.modes: dict[str, ModeRecord] = {}
         self.uses_keras_optimizer = False
+        self.hook_tensors = StepTensors(strategy)  # in-step tensors session hooks fetch (step_tensors.py)
         self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
         self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (metric_ops.py)
         self.predict_keys: Sequence[str] | str | None = None  # the only predictions PREDICT computes
-        self.hook_tensors = StepTensors(strategy)  # in-step tensors session hooks fetch (step_tensors.py)
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""
@@ -269,9 +269,10 @@ class ModelFnRunner:
             ModeKeys.EVAL: "evaluation_hooks",
             ModeKeys.PREDICT: "prediction_hooks",
         }[mode]
-        record.hooks, record.graph = list(getattr(spec, hooks)), graph
-        self.hook_tensors.at_build(mode, record.hooks)
+        record.hooks = list(getattr(spec, hooks))
         record.loss_name = getattr(spec.loss, "op", None) and spec.loss.op.name
+        record.graph = graph  # where hooks find tensors model_fn computed
+        self.hook_tensors.at_build(mode, record.hooks)
         # TF1 ran init_from_checkpoint as the variables' initializers: once, when
         # they are created (a restore from model_dir comes later and wins).
         variables = self.store.variables_by_name
