@@ -347,6 +347,8 @@ def rebind(value: Any, session: HookSession, names: dict[int, str], seen: set[in
     graph = session.graph
     if id(value) in seen:
         return value
+    if isinstance(value, keras.Variable):  # the model's own (`model.variables_by_name[...]`)
+        return session.element(f"{names.get(id(value)) or value.path}:0")
     if isinstance(value, tf.Variable) and getattr(value, "graph", None) is not graph:
         name = names.get(id(value)) or _REPLICA_SUFFIX.sub("", value.name.split(":")[0])
         return session.element(f"{name}:0")

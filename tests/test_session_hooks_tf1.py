@@ -174,3 +174,19 @@ def test_the_hooks_of_a_call_share_one_graph_and_their_own_variables_live_in_its
                                                         strategy=None), hook_programs._no_hooks)
     est.train(hook_programs.input_fn, steps=3, hooks=[Maker(), counter])
     assert counter.seen == {"count": 3, "step": 2}  # its own variable counted 3 runs; the step as run 3 began
+
+
+def test_the_keras_face_fetches_the_models_variables_and_an_eager_global_step():
+    from tests import models
+
+    logged = []
+    step = tf.compat.v1.train.get_or_create_global_step()  # made eagerly, outside model_fn: found by name
+    model = models.make_model(train_batch_size=16)
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=1)], verbose=0)
+    w = model.variables_by_name["mlp/out/kernel"]  # a keras.Variable
+    hook = tf.compat.v1.train.LoggingTensorHook(
+        {"step": step, "w": w}, every_n_iter=1, formatter=lambda v: logged.append((int(v["step"]), v["w"].copy())) or "")
+    before = w.numpy()
+    model.fit(models.input_fn, callbacks=[hook, kte.StopAtStep(steps=5)], verbose=0)
+    assert [s for s, _ in logged] == [1, 5]  # executions of 4 then 1 (k=4), as each began
+    np.testing.assert_array_equal(logged[0][1], before)
