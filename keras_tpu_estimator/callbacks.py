@@ -31,6 +31,7 @@ from keras_tpu_estimator.checkpoints import (
 )
 from keras_tpu_estimator.config import check_positive_int
 from keras_tpu_estimator.export import export_saved_model
+from keras_tpu_estimator.hook_graph import hook_session
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.meta_graph import meta_graph_bytes
 from keras_tpu_estimator.model_dir import (
@@ -41,7 +42,6 @@ from keras_tpu_estimator.model_dir import (
     set_aside_newer,
 )
 from keras_tpu_estimator.model_dir_lock import ModelDirLock
-from keras_tpu_estimator.session_hooks import hook_session
 from keras_tpu_estimator.spec import ModeKeys
 from keras_tpu_estimator.strategy import any_worker, is_chief
 

@@ -67,6 +67,7 @@ from keras_tpu_estimator.spec import (
     check_model_fn,
     check_params,
 )
+from keras_tpu_estimator.step_tensors import StepTensors
 from keras_tpu_estimator.strategy import TPUContext, cpu_path_replicas, num_workers
 from keras_tpu_estimator.variables import VariableStore
 
@@ -93,6 +94,7 @@ class ModeRecord:
         output_spec: What each step returns to the caller (PREDICT: `predictions.output_spec`).
         predictions: PREDICT's `PredictionPlan`: how predictions reach the host.
         hooks: The spec's `training_hooks` / `evaluation_hooks` / `prediction_hooks`.
+        graph: The build's graph (where hooks find the tensors model_fn computes in the step).
         loss_name: The op name `model_fn` gave its loss (what TF1 hooks fetch).
         host_plan: What each step sends to the host, in which order (`host_plan.py`), or None.
         input_steps: The steps a new iterator of the current call's input holds,
@@ -107,6 +109,7 @@ class ModeRecord:
     output_spec: Any = None
     predictions: PredictionPlan | None = None
     hooks: list = dataclasses.field(default_factory=list)
+    graph: Any = None
     loss_name: str | None = None
     host_plan: HostPlan | None = None
     input_steps: float | None = None
@@ -161,6 +164,7 @@ class ModelFnRunner:
         self.host = HostRunner(every_n)
         self.modes: dict[str, ModeRecord] = {}
         self.uses_keras_optimizer = False
+        self.hook_tensors = StepTensors(strategy)  # in-step tensors session hooks fetch (step_tensors.py)
         self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
         self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (metric_ops.py)
         self.predict_keys: Sequence[str] | str | None = None  # the only predictions PREDICT computes
@@ -274,6 +278,8 @@ class ModelFnRunner:
         }[mode]
         record.hooks = list(getattr(spec, hooks))
         record.loss_name = getattr(spec.loss, "op", None) and spec.loss.op.name
+        record.graph = graph  # where hooks find tensors model_fn computed
+        self.hook_tensors.at_build(mode, record.hooks)
         # TF1 ran init_from_checkpoint as the variables' initializers: once, when
         # they are created (a restore from model_dir comes later and wins).
         variables = self.store.variables_by_name
@@ -318,6 +324,10 @@ class ModelFnRunner:
             return tf.constant(float(rows))
         return tf.cast(tf.shape(first)[0], tf.float32)
 
+    def _hook_writes(self, mode: str, spec: Any) -> list:
+        """The step's writes of the tensors session hooks fetch (`step_tensors.py`)."""
+        return self.hook_tensors.capture(mode, spec)
+
     def _host_values(self, mode: str, spec: Any, mask: Any, step_before: Any = None) -> list:
         """What one step sends to the host, in the host plan's order (`host_plan.py`).
 
@@ -356,7 +366,8 @@ class ModelFnRunner:
             variables = self._owner.trainable_variables
             with tf.GradientTape() as tape:
                 spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
-                loss = tf.cast(spec.loss, tf.float32)
+                with tf.control_dependencies(self._hook_writes(ModeKeys.TRAIN, spec)):
+                    loss = tf.cast(tf.identity(spec.loss), tf.float32)
                 scaled = loss / self.strategy.num_replicas_in_sync
             gradients = tape.gradient(scaled, [v.value for v in variables])
             return {
@@ -381,7 +392,7 @@ class ModelFnRunner:
             missed = tf.cast(tf.equal(after, before), tf.int64)
             done = [step_variable.assign_add(missed, read_value=False)]
         # Each replica fetches its own train_op (the step count reads replica 0's only).
-        with tf.control_dependencies([train_op, *done]):
+        with tf.control_dependencies([train_op, *done, *self._hook_writes(ModeKeys.TRAIN, spec)]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
             host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None, before)]
         return {"loss": loss, "weight": self._weight(features), "host": host}
@@ -401,7 +412,7 @@ class ModelFnRunner:
         spec = self.call_model_fn(features, labels, ModeKeys.EVAL, mask)
         with self.store.scope():
             updates, values = self.metrics.step_values(spec)
-        with tf.control_dependencies(updates):
+        with tf.control_dependencies([*updates, *self._hook_writes(ModeKeys.EVAL, spec)]):
             loss = tf.cast(tf.identity(spec.loss), tf.float32)
         return {
             "loss": loss,
@@ -418,8 +429,11 @@ class ModelFnRunner:
         spec = self.call_model_fn(features, labels, ModeKeys.PREDICT, mask)
         # Only the selected predictions are fetched: the others do not run (TF1).
         predictions = select_keys(spec.predictions, self.predict_keys)
+        writes = self._hook_writes(ModeKeys.PREDICT, spec)
+        with tf.control_dependencies(writes):
+            loss = tf.identity(tf.constant(0.0)) if writes else tf.constant(0.0)
         return {
-            "loss": tf.constant(0.0),
+            "loss": loss,
             "weight": tf.constant(0.0),
             "outputs": self.modes[ModeKeys.PREDICT].predictions.device_outputs(predictions, mask),
             "host": self._host_values(ModeKeys.PREDICT, spec, mask),
