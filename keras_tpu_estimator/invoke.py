@@ -24,6 +24,7 @@ from typing import Any
 from keras_tpu_estimator.legacy import model_fn_scope
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.spec import AnySpec, EstimatorSpec, ModelFn, check_spec, function_args
+from keras_tpu_estimator.tf1_saver import traced_saver_of
 
 _log = get_logger(__name__)
 
@@ -53,6 +54,8 @@ def check_scaffold(scaffold: Any, where: str) -> None:
             "warm_start_from; other variables start from their initializers."
         )
     unused = [name for name in _SCAFFOLD_UNUSED if getattr(scaffold, name, None) is not None]
+    if traced_saver_of(scaffold) is not None:  # evaluation and prediction restore with it
+        unused.remove("saver")
     if unused:
         _log.warning(
             "The Scaffold of %s sets %s, which keras_tpu_estimator does not use: checkpoints are "

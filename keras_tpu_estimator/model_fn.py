@@ -54,7 +54,7 @@ from keras_tpu_estimator.inputs import (
     static_batch_size,
 )
 from keras_tpu_estimator.invoke import check_scaffold, invoke_model_fn
-from keras_tpu_estimator.legacy import summary_names
+from keras_tpu_estimator.legacy import model_fn_scope, summary_names
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.metric_ops import StepMetrics
 from keras_tpu_estimator.optimizer_view import train_op_optimizer
@@ -68,6 +68,7 @@ from keras_tpu_estimator.spec import (
     check_params,
 )
 from keras_tpu_estimator.strategy import TPUContext, cpu_path_replicas, num_workers
+from keras_tpu_estimator.tf1_saver import traced_saver_of
 from keras_tpu_estimator.variables import VariableStore
 
 _log = get_logger(__name__)
@@ -99,6 +100,7 @@ class ModeRecord:
             when known: `math.inf` for a repeated dataset, a count when every
             step takes one element of one dataset of known size (one replica,
             or the CPU path), else None.
+        scaffold: The build's Scaffold (`scaffold_fn()` or `EstimatorSpec.scaffold`), or None.
     """
 
     batch: BatchPlan
@@ -110,6 +112,7 @@ class ModeRecord:
     loss_name: str | None = None
     host_plan: HostPlan | None = None
     input_steps: float | None = None
+    scaffold: Any = None
 
 
 class ModelFnRunner:
@@ -229,8 +232,10 @@ class ModelFnRunner:
             labels = None if labels_spec is None else placeholders(labels_spec)
             mask = None if mask_spec is None else placeholders(mask_spec)
             spec = self.call_model_fn(features, labels, mode, mask)
+            scaffold = getattr(spec, "scaffold", None)  # an EstimatorSpec's (invoke checked it)
             if isinstance(spec, TPUEstimatorSpec) and spec.scaffold_fn is not None:
-                with self.store.scope():
+                # As TF1 called it: in the graph, where a Saver is a TracedSaver.
+                with self.store.scope(), model_fn_scope():
                     scaffold = spec.scaffold_fn()
                 if scaffold is None:
                     raise ValueError(
@@ -238,6 +243,7 @@ class ModelFnRunner:
                         "Return `tf.compat.v1.train.Scaffold()`."
                     )
                 check_scaffold(scaffold, "scaffold_fn")
+            record.scaffold = scaffold
             summaries = summary_names(graph)
             if summaries:
                 _log.warning(
@@ -290,6 +296,20 @@ class ModelFnRunner:
         record.output_spec = output_spec
         record.built = True
         self._owner.built = True
+
+    def restore_names(self, mode: str) -> dict[str, str]:
+        """`{model variable: checkpoint name}` that `mode`'s Scaffold saver restores from another name.
+
+        EVAL and PREDICT restore what their Scaffold's `Saver` lists from the
+        names it gives (`Saver(ema.variables_to_restore())`: each variable from
+        its moving average), as the original's session restored with that saver.
+        Empty in TRAIN, which always restores `model_dir` by the variables' own names.
+        """
+        record = self.modes.get(mode)
+        saver = traced_saver_of(record.scaffold) if record is not None and mode != ModeKeys.TRAIN else None
+        if saver is None:
+            return {}
+        return {name: key for name, key in saver.names.items() if name != key}
 
     def train_op_optimizer(self) -> Any:
         """`model.optimizer` when `model_fn` returns its own `train_op` (see `optimizer_view`)."""

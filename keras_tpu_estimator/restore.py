@@ -6,6 +6,13 @@ warm-started. Here the candidates are `model_dir`'s checkpoints newest first
 warning naming it and why, and the next older one is restored; if none
 restores, one error lists what was tried. A checkpoint named explicitly
 (`checkpoint_path=`) is restored or is an error naming it.
+
+In evaluation and prediction the mode's Scaffold saver decides which
+checkpoint name restores a variable (`Saver(ema.variables_to_restore())`:
+`w` from `w/ExponentialMovingAverage`), as the original's session restored
+with that saver; variables it does not list restore by their own names.
+Training restores every variable by its own name, so it goes on from the raw
+weights after an evaluation of the averages.
 """
 
 from __future__ import annotations
@@ -53,6 +60,12 @@ def _older_optimizer_names(names: list, model_names: dict, stored: set) -> dict:
     return older
 
 
+def _scaffold_saver_names(model: keras.Model, mode: str) -> dict[str, str]:
+    """`{variable: checkpoint name}` of the mode's Scaffold saver (`ModelFnRunner.restore_names`)."""
+    runner = getattr(model, "_runner", None)
+    return runner.restore_names(mode) if hasattr(runner, "restore_names") else {}
+
+
 class RestoreOrWarmStart(keras.callbacks.Callback):
     """Before the first execution: restore a checkpoint, else apply warm-start settings.
 
@@ -81,11 +94,12 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
         self.restored: str | None = None
         self.damaged: list[tuple[str, str]] = []
 
-    def _restore_one(self, path: str) -> None:
+    def _restore_one(self, path: str, mode: str) -> None:
         variables = self.model.checkpoint_variables
         optimizer = [name for name in variables if name.startswith("keras_optimizer/")]
         stored = set(open_checkpoint(path)[1])
         name_map = _older_optimizer_names(optimizer, self.model.variables_by_name, stored)
+        name_map.update(_scaffold_saver_names(self.model, mode))
         restore_checkpoint(path, variables, name_map=name_map, allow_missing=optimizer)
         fresh = [name for name in optimizer if name_map.get(name, name) not in stored]
         if fresh and any(name.startswith("keras_optimizer/") for name in stored):
@@ -94,11 +108,11 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
                 "they start fresh.", path, len(fresh), fresh[:3],
             )
 
-    def _restore(self) -> None:
+    def _restore(self, mode: str) -> None:
         self.restored, self.damaged = None, []
         for path in self._candidates:
             try:
-                self._restore_one(path)
+                self._restore_one(path, mode)
             except DamagedCheckpointError as error:
                 if self._explicit:
                     raise DamagedCheckpointError(
@@ -125,10 +139,10 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
             _log.info("Warm-started %d variables from %s.", len(names), self._warm_start.ckpt_to_initialize_from)
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        self._restore()
+        self._restore("train")
 
     def on_test_begin(self, logs: dict | None = None) -> None:
-        self._restore()
+        self._restore("eval")
 
     def on_predict_begin(self, logs: dict | None = None) -> None:
-        self._restore()
+        self._restore("infer")
