@@ -28,16 +28,16 @@ from keras_tpu_estimator.tf1_saver import traced_saver_of
 
 _log = get_logger(__name__)
 
-_SCAFFOLD_INITIALIZERS = ("init_op", "init_fn", "local_init_op")
 _SCAFFOLD_UNUSED = ("ready_op", "ready_for_local_init_op", "saver", "summary_op")
 
 
 def check_scaffold(scaffold: Any, where: str) -> None:
-    """Refuses custom Scaffold initialization (skipping it would train other weights); warns on unused parts.
+    """Warns on the parts of a Scaffold this library does not use.
 
-    Variables start from their initializers and `init_from_checkpoint`, then a
-    checkpoint in `model_dir` or warm start; a TF1 session's `init_op` /
-    `init_fn` / `local_init_op` have no session to run in.
+    Used: the saver (what evaluation, prediction and export restore, see
+    `tf1_saver.TracedSaver`), `init_op` / `init_feed_dict` / `init_fn` (run
+    when nothing was restored) and `local_init_op` (every call). Not used:
+    the ready ops (variables are always ready) and `summary_op`.
 
     Example:
 
@@ -45,22 +45,14 @@ def check_scaffold(scaffold: Any, where: str) -> None:
     check_scaffold(spec.scaffold_fn(), "scaffold_fn")
     ```
     """
-    custom = [name for name in _SCAFFOLD_INITIALIZERS if getattr(scaffold, name, None) is not None]
-    if custom:
-        raise NotImplementedError(
-            f"The Scaffold of {where} sets {custom}, a custom TF1 session initialization, which "
-            "keras_tpu_estimator does not run (skipping it would start from other weights). Load "
-            "checkpoints with tf.compat.v1.train.init_from_checkpoint in scaffold_fn, or pass "
-            "warm_start_from; other variables start from their initializers."
-        )
     unused = [name for name in _SCAFFOLD_UNUSED if getattr(scaffold, name, None) is not None]
     if traced_saver_of(scaffold) is not None:  # evaluation and prediction restore with it
         unused.remove("saver")
     if unused:
         _log.warning(
-            "The Scaffold of %s sets %s, which keras_tpu_estimator does not use: checkpoints are "
-            "written by its own saver (RunConfig.keep_checkpoint_max), summaries by host_call, and "
-            "variables are always ready.",
+            "The Scaffold of %s sets %s, which keras_tpu_estimator does not use: a Saver built "
+            "outside model_fn is not read (checkpoints are written by the library's own saver, "
+            "RunConfig.keep_checkpoint_max), summaries go through host_call, and variables are always ready.",
             where,
             unused,
         )
@@ -106,7 +98,6 @@ def invoke_model_fn(
     Raises:
         ValueError: labels given to a `model_fn` without a `labels` argument,
             or a spec `check_spec` refuses.
-        NotImplementedError: the EstimatorSpec's Scaffold sets a custom initialization.
 
     Example:
 

@@ -68,7 +68,12 @@ from keras_tpu_estimator.spec import (
     check_params,
 )
 from keras_tpu_estimator.strategy import TPUContext, cpu_path_replicas, num_workers
-from keras_tpu_estimator.tf1_saver import traced_saver_of
+from keras_tpu_estimator.tf1_saver import (
+    ScaffoldSession,
+    run_local_init_op,
+    run_scaffold_initialisers,
+    traced_saver_of,
+)
 from keras_tpu_estimator.variables import VariableStore
 
 _log = get_logger(__name__)
@@ -167,6 +172,7 @@ class ModelFnRunner:
         self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
         self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (metric_ops.py)
         self.predict_keys: Sequence[str] | str | None = None  # the only predictions PREDICT computes
+        self.initialised = False  # restored, or initialised with the Scaffold's init_op / init_fn
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""
@@ -310,6 +316,22 @@ class ModelFnRunner:
         if saver is None:
             return {}
         return {name: key for name, key in saver.names.items() if name != key}
+
+    def start_session(self, mode: str, restored: bool) -> None:
+        """What a TF1 session of `mode` ran after restoring: the Scaffold's initialisers and `local_init_op`.
+
+        When nothing was restored (and the model was not initialised before)
+        the Scaffold's `init_op` then `init_fn` run, once, as TF1's
+        SessionManager ran them for a model it initialised; its
+        `local_init_op` runs at every call, as in every TF1 session.
+        """
+        record = self.modes.get(mode)
+        scaffold = record.scaffold if record is not None else None
+        session = ScaffoldSession(self.store.variables_by_name, self.strategy)
+        if not restored and not self.initialised:
+            run_scaffold_initialisers(scaffold, session)
+        self.initialised = True
+        run_local_init_op(scaffold, session)
 
     def train_op_optimizer(self) -> Any:
         """`model.optimizer` when `model_fn` returns its own `train_op` (see `optimizer_view`)."""

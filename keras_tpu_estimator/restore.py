@@ -12,7 +12,9 @@ checkpoint name restores a variable (`Saver(ema.variables_to_restore())`:
 `w` from `w/ExponentialMovingAverage`), as the original's session restored
 with that saver; variables it does not list restore by their own names.
 Training restores every variable by its own name, so it goes on from the raw
-weights after an evaluation of the averages.
+weights after an evaluation of the averages. Then, as a TF1 session started,
+the mode's Scaffold `init_op` and `init_fn` run when nothing was restored
+(once per model), and its `local_init_op` at every call.
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ def _scaffold_saver_names(model: keras.Model, mode: str) -> dict[str, str]:
     """`{variable: checkpoint name}` of the mode's Scaffold saver (`ModelFnRunner.restore_names`)."""
     runner = getattr(model, "_runner", None)
     return runner.restore_names(mode) if hasattr(runner, "restore_names") else {}
+
+
+def _start_session(model: keras.Model, mode: str, restored: bool) -> None:
+    """The Scaffold's `init_op` / `init_fn` (nothing restored) and `local_init_op` (`ModelFnRunner.start_session`)."""
+    runner = getattr(model, "_runner", None)
+    if hasattr(runner, "start_session"):
+        runner.start_session(mode, restored)
 
 
 class RestoreOrWarmStart(keras.callbacks.Callback):
@@ -126,6 +135,7 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
                 )
                 continue
             self.restored = path
+            _start_session(self.model, mode, restored=True)
             return
         if self.damaged:
             tried = "; ".join(f"{path}: {reason}" for path, reason in self.damaged)
@@ -137,6 +147,7 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
         if self._warm_start is not None:
             names = self._warm_start.apply(self.model.checkpoint_variables)
             _log.info("Warm-started %d variables from %s.", len(names), self._warm_start.ckpt_to_initialize_from)
+        _start_session(self.model, mode, restored=False)
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._restore("train")

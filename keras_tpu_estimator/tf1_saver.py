@@ -26,6 +26,8 @@ import keras
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator._compat.graph_prune import pruned_graph_function
+from keras_tpu_estimator._compat.tf1_identity import tf1_identity
 from keras_tpu_estimator.checkpoints import restore_checkpoint
 
 _REAL_SAVER = tf.compat.v1.train.Saver
@@ -176,18 +178,65 @@ class TracedSaver:
         return f"<TracedSaver {self.names}>"
 
 
+def _initializer(original: Any) -> Any:
+    """`original` (a `*variables_initializer`), grouping only the initializers a traced graph has.
+
+    The model's variables were created and initialised outside the graph, so
+    they have no initializer op there (TF raised "'inputs' should be zero or
+    more (nested) Tensors"); a Scaffold `init_op` runs only when the model was
+    just initialised, so leaving them out changes nothing.
+    """
+
+    def initializer(*args: Any, **kwargs: Any) -> Any:
+        if not tf.inside_function():
+            return original(*args, **kwargs)
+        if original.__name__ == "variables_initializer":
+            var_list, name = (list(args) + [kwargs.get("var_list"), kwargs.get("name", "init")])[:2]
+        else:
+            local = "local" in original.__name__
+            var_list = tf.compat.v1.local_variables() if local else tf.compat.v1.global_variables()
+            name = "init"
+        ops = [op for op in map(_graph_initializer, var_list or []) if op is not None]
+        return tf.group(*ops, name=name)
+
+    initializer.__name__ = original.__name__
+    return initializer
+
+
+def _graph_initializer(variable: Any) -> Any:
+    """The variable's initializer op in the graph, or None (created eagerly: a distributed one raises)."""
+    try:
+        op = variable.initializer
+    except (TypeError, AttributeError):  # MirroredVariable groups its components' None initializers
+        return None
+    return op if _in_graph(op) else None
+
+
+_INITIALIZERS = ["variables_initializer", "global_variables_initializer", "local_variables_initializer",
+                 "initialize_all_variables", "initialize_variables", "initialize_local_variables"]
+
+
 def _patches() -> list:
     patches, seen = [], set()
     for module in _compat.compat_v1_modules():
         if id(module.train) not in seen:
             seen.add(id(module.train))
             patches.append((module.train, "Saver", TracedSaver))
+        if id(module) not in seen:
+            seen.add(id(module))
+            for attribute in _INITIALIZERS:
+                if hasattr(module, attribute):
+                    patches.append((module, attribute, _initializer(getattr(module, attribute))))
     return patches
 
 
 @contextlib.contextmanager
 def saver_stand_in() -> Iterator[None]:
     """While active (any thread), `tf.compat.v1.train.Saver` is `TracedSaver`.
+
+    And in a traced graph `tf.compat.v1.global_variables_initializer()` (and
+    its kin) group only initializer ops that graph has: none for the model's
+    variables, which are created initialised (`_initializer`).
 
     Example:
 
@@ -198,6 +247,165 @@ def saver_stand_in() -> Iterator[None]:
     """
     with _compat.patched_attributes("tf1_saver", _patches):
         yield
+
+
+class ScaffoldSession:
+    """The session a Scaffold's `init_fn(scaffold, session)` gets: runs ops built in `model_fn`, restores Savers.
+
+    `run(fetches, feed_dict=None)` runs tensors and operations of the build
+    graph (assign ops, `init_op`) eagerly on the model's variables: the part
+    of the graph they need is pruned into a function
+    (`_compat.graph_prune.pruned_graph_function`, what
+    `tf.compat.v1.wrap_function(...).prune` does); operations give None,
+    tensors NumPy values, variables their values, as `Session.run` did.
+    `restore_variables(save_path, names)` is what a `TracedSaver.restore` calls.
+    On a `MirroredStrategy` the build graph reaches each variable's first
+    component, so after every `run` the other components are set equal to it.
+
+    Example:
+
+    ```python
+    session = ScaffoldSession(model.variables_by_name, strategy)
+    scaffold.init_fn(scaffold, session)   # saver.restore(session, ckpt) or session.run(assign)
+    ```
+    """
+
+    def __init__(self, variables_by_name: Mapping[str, Any], strategy: tf.distribute.Strategy | None = None):
+        self._variables = dict(variables_by_name)
+        self._strategy = strategy
+        self.graph = None  # set to the build graph of the first op run
+
+    def restore_variables(self, save_path: str, names: Mapping[str, str]) -> None:
+        """Assigns each model variable named by a key of `names` from the checkpoint value under its value."""
+        restore_by_names(self._variables, save_path, names)
+
+    def run(self, fetches: Any, feed_dict: Mapping[Any, Any] | None = None, options: Any = None,
+            run_metadata: Any = None) -> Any:
+        """Runs `fetches` (a nested structure of ops, tensors and variables of the build graph)."""
+        with tf1_identity():  # tensors as feed_dict keys, as in TF1
+            return self._run(fetches, feed_dict)
+
+    def _run(self, fetches: Any, feed_dict: Mapping[Any, Any] | None) -> Any:
+        flat = tf.nest.flatten(fetches, expand_composites=False)
+        feeds = dict(feed_dict or {})
+        # `assign` of a resource variable in the graph gives a variable whose value follows the assign.
+        targets = {id(f): _graph_targets(f) for f in flat}
+        targets = {key: found for key, found in targets.items() if found}
+        graphed = [t for found in targets.values() for t in found] + [k for k in feeds if _in_graph(k)]
+        graphs = {id(item.graph): item.graph for item in graphed}
+        if len(graphs) > 1:
+            raise ValueError("Session.run in a Scaffold init_fn fetches ops of more than one model_fn graph.")
+        values: dict[int, Any] = {}
+        if targets:
+            graph = next(iter(graphs.values()))
+            self.graph = graph
+            try:
+                function = pruned_graph_function(graph, list(feeds), [t for found in targets.values() for t in found])
+            except (ValueError, TypeError, tf.errors.OpError) as error:
+                raise ValueError(
+                    f"A Scaffold init_fn's session.run({fetches!r}) cannot run: {error}. Run ops that "
+                    "need no input of model_fn (assigns, variable reads), feeding any placeholder."
+                ) from error
+            results = function(*[tf.convert_to_tensor(v) for v in feeds.values()])
+            results = iter(tf.nest.flatten(results))
+            for key, found in targets.items():
+                first = [next(results) for _ in found][0]
+                values[key] = None if isinstance(found[0], tf.Operation) else _numpy(first)
+            self._mirror()
+        out = []
+        for item in flat:
+            if id(item) in values:
+                out.append(values[id(item)])
+            elif isinstance(item, tf.Variable) or isinstance(item, keras.Variable):
+                out.append(_numpy(item))
+            elif item is None:
+                out.append(None)
+            else:
+                raise TypeError(f"Cannot run {item!r}: fetch ops, tensors or variables of model_fn's graph.")
+        return tf.nest.pack_sequence_as(fetches, out)
+
+    def _mirror(self) -> None:
+        """Every component of a distributed variable gets its first component's value."""
+        if self._strategy is None or self._strategy.num_replicas_in_sync == 1:
+            return
+        for variable in self._variables.values():
+            value = getattr(variable, "value", variable)
+            components = self._strategy.experimental_local_results(value)
+            for component in components[1:]:
+                component.assign(components[0].read_value())
+
+
+def _in_graph(item: Any) -> bool:
+    return isinstance(item, (tf.Tensor, tf.Operation)) and getattr(item.graph, "building_function", False)
+
+
+def _graph_targets(item: Any) -> list:
+    """What to fetch from the build graph for `item`, the first giving its value; [] for an eager item.
+
+    A distributed value (a `MirroredVariable`'s assign in the build graph) gives
+    every component: all of them run.
+    """
+    if isinstance(item, tf.distribute.DistributedValues):
+        components = [_graph_target(c) for c in item.values]
+        return [] if any(c is None for c in components) else components
+    target = _graph_target(item)
+    return [] if target is None else [target]
+
+
+def _graph_target(item: Any) -> Any:
+    """What to fetch from the build graph for `item`: itself, the value after an assign, or None (eager)."""
+    if _in_graph(item):
+        return item
+    if isinstance(item, tf.Variable):
+        try:
+            op = item.op  # an `assign`'s result: the assign op (an eager variable has none here)
+        except AttributeError:
+            return None
+        if _in_graph(op):
+            with op.graph.as_default():
+                return item.read_value()
+    return None
+
+
+def _numpy(value: Any) -> Any:
+    value = value.read_value() if hasattr(value, "read_value") else value
+    return value.numpy() if hasattr(value, "numpy") else value
+
+
+def run_scaffold_initialisers(scaffold: Any, session: ScaffoldSession) -> None:
+    """Runs `scaffold.init_op` (fed `init_feed_dict`), then `init_fn(scaffold, session)`, as TF1's SessionManager.
+
+    For a model just initialised (nothing restored). TF1 ran `init_op`
+    instead of initialising the variables itself; here they already hold
+    their initial values, and `tf.compat.v1.global_variables_initializer()`
+    inside `model_fn` groups nothing (`saver_stand_in`).
+
+    Example:
+
+    ```python
+    run_scaffold_initialisers(scaffold, ScaffoldSession(model.variables_by_name))
+    ```
+    """
+    if scaffold is None:
+        return
+    if scaffold.init_op is not None:
+        session.run(scaffold.init_op, feed_dict=scaffold.init_feed_dict)
+    if scaffold.init_fn is not None:
+        with tf1_identity():  # what model_fn built stays hashable, as in TF1
+            scaffold.init_fn(session)  # the Scaffold passes itself: init_fn(scaffold, session)
+
+
+def run_local_init_op(scaffold: Any, session: ScaffoldSession) -> None:
+    """Runs `scaffold.local_init_op`, as TF1 ran it in every session (after restoring or initialising).
+
+    Example:
+
+    ```python
+    run_local_init_op(scaffold, ScaffoldSession(model.variables_by_name))
+    ```
+    """
+    if scaffold is not None and scaffold.local_init_op is not None:
+        session.run(scaffold.local_init_op)
 
 
 def traced_saver_of(scaffold: Any) -> TracedSaver | None:
@@ -213,4 +421,14 @@ def traced_saver_of(scaffold: Any) -> TracedSaver | None:
     return saver if isinstance(saver, TracedSaver) else None
 
 
-__all__ = ["TracedSaver", "restore_by_names", "saver_names", "saver_stand_in", "traced_saver_of", "variable_name"]
+__all__ = [
+    "ScaffoldSession",
+    "TracedSaver",
+    "restore_by_names",
+    "run_local_init_op",
+    "run_scaffold_initialisers",
+    "saver_names",
+    "saver_stand_in",
+    "traced_saver_of",
+    "variable_name",
+]

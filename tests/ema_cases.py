@@ -70,10 +70,11 @@ def serving_input_receiver_fn(api: Any) -> Callable:
     return receiver_fn
 
 
-def _linear(features: dict) -> tuple[Any, Any]:
+def linear(features: dict) -> tuple[Any, Any, Any]:
+    """`(w, b, predictions)` of the linear model."""
     w = tf.compat.v1.get_variable("w", [FEATURES, 1], initializer=tf.compat.v1.zeros_initializer())
     b = tf.compat.v1.get_variable("b", [1], initializer=tf.compat.v1.constant_initializer(0.1))
-    return w, tf.matmul(features["x"], w) + b
+    return w, b, tf.matmul(features["x"], w) + b
 
 
 def ema_model_fn(style: str, api: Any) -> Callable:
@@ -87,7 +88,7 @@ def ema_model_fn(style: str, api: Any) -> Callable:
         return spec
 
     def tpu_model_fn(features, labels, mode, params):
-        _, predictions = _linear(features)
+        _, _, predictions = linear(features)
         global_step = tf.compat.v1.train.get_global_step()
         ema = tf.compat.v1.train.ExponentialMovingAverage(DECAY, num_updates=global_step)
         if mode == api.estimator.ModeKeys.PREDICT:

@@ -72,4 +72,25 @@ EMA = {
     },
 }
 
-SCAFFOLD = {}
+SCAFFOLD = {
+    "Scaffold(init_fn) restores a pretrained checkpoint through a Saver (Show and Tell)": {
+        "after_first_train": {"w": [0.155709, -0.583251, 0.677788], "b": [0.226957]},
+        "after_second_train": {"w": [0.052134, -0.687289, 0.573288], "b": [0.221637]},
+    },
+    "Scaffold(init_fn) runs an assign op built in model_fn": {
+        "after_first_train": {"w": [0.00155, 0.000113, -0.001323], "b": [0.583478]},
+        "after_second_train": {"w": [-0.05712, -0.069644, -0.082167], "b": [0.455982]},
+    },
+    "Scaffold(init_op) initialises the variables itself (RigL, SimCLR)": {
+        "after_first_train": {"w": [0.216578, -0.531078, 0.721267], "b": [0.626957]},
+        "after_second_train": {"w": [0.1044, -0.657288, 0.581024], "b": [0.465591]},
+    },
+    "Scaffold(init_op, init_fn): init_op runs first": {
+        "after_first_train": {"w": [0.074594, 0.062722, 0.050851], "b": [1.063478]},
+        "after_second_train": {"w": [0.005599, -0.033642, -0.072884], "b": [0.748726]},
+    },
+    "Scaffold(local_init_op) runs in every session (each train call)": {
+        "after_first_train": 1,
+        "after_second_train": 2,
+    },
+}
