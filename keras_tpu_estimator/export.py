@@ -34,8 +34,7 @@ from keras_tpu_estimator import _compat
 from keras_tpu_estimator._compat.deprecations import quiet_deprecations
 from keras_tpu_estimator.checkpoints import resolve_checkpoint_path
 from keras_tpu_estimator.inference import model_fn_inference_on_tpu
-from keras_tpu_estimator.invoke import invoke_model_fn
-from keras_tpu_estimator.legacy import model_fn_scope
+from keras_tpu_estimator.invoke import call_scaffold_fn, invoke_model_fn
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.serving import (
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
@@ -193,8 +192,7 @@ def _serving_saver(spec: Any) -> Any:
     """
     scaffold = getattr(spec, "scaffold", None)
     if getattr(spec, "scaffold_fn", None) is not None:
-        with model_fn_scope():
-            scaffold = spec.scaffold_fn()
+        scaffold = call_scaffold_fn(spec.scaffold_fn, check=False)
     saver = getattr(scaffold, "saver", None)
     variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
     if isinstance(saver, TracedSaver):

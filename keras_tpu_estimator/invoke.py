@@ -58,6 +58,31 @@ def check_scaffold(scaffold: Any, where: str) -> None:
         )
 
 
+def call_scaffold_fn(scaffold_fn: Any, check: bool = True) -> Any:
+    """`TPUEstimatorSpec.scaffold_fn()` called as TF1 called it, in the graph (a `Saver` is a `TracedSaver`).
+
+    Raises ValueError when it returns None and warns (`check_scaffold`) on the
+    parts this library does not use, unless `check` is False (an export, which
+    the original let through `as_estimator_spec` unchecked).
+
+    Example:
+
+    ```python
+    scaffold = call_scaffold_fn(spec.scaffold_fn)
+    ```
+    """
+    with model_fn_scope():
+        scaffold = scaffold_fn()
+    if scaffold is None and check:
+        raise ValueError(
+            "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
+            "Return `tf.compat.v1.train.Scaffold()`."
+        )
+    if check:
+        check_scaffold(scaffold, "scaffold_fn")
+    return scaffold
+
+
 def invoke_model_fn(
     model_fn: ModelFn,
     features: Any,
@@ -132,4 +157,4 @@ def invoke_model_fn(
     return spec
 
 
-__all__ = ["check_scaffold", "invoke_model_fn"]
+__all__ = ["call_scaffold_fn", "check_scaffold", "invoke_model_fn"]

@@ -53,8 +53,8 @@ from keras_tpu_estimator.inputs import (
     placeholders,
     static_batch_size,
 )
-from keras_tpu_estimator.invoke import check_scaffold, invoke_model_fn
-from keras_tpu_estimator.legacy import model_fn_scope, summary_names
+from keras_tpu_estimator.invoke import call_scaffold_fn, invoke_model_fn
+from keras_tpu_estimator.legacy import summary_names
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.metric_ops import StepMetrics
 from keras_tpu_estimator.optimizer_view import train_op_optimizer
@@ -240,16 +240,8 @@ class ModelFnRunner:
             spec = self.call_model_fn(features, labels, mode, mask)
             scaffold = getattr(spec, "scaffold", None)  # an EstimatorSpec's (invoke checked it)
             if isinstance(spec, TPUEstimatorSpec) and spec.scaffold_fn is not None:
-                # As TF1 called it: in the graph, where a Saver is a TracedSaver.
-                with self.store.scope(), model_fn_scope():
-                    scaffold = spec.scaffold_fn()
-                if scaffold is None:
-                    raise ValueError(
-                        "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
-                        "Return `tf.compat.v1.train.Scaffold()`."
-                    )
-                check_scaffold(scaffold, "scaffold_fn")
-            record.scaffold = scaffold
+                with self.store.scope():
+                    scaffold = call_scaffold_fn(spec.scaffold_fn)
             summaries = summary_names(graph)
             if summaries:
                 _log.warning(
@@ -278,6 +270,7 @@ class ModelFnRunner:
             ModeKeys.PREDICT: "prediction_hooks",
         }[mode]
         record.hooks = list(getattr(spec, hooks))
+        record.scaffold = scaffold
         record.loss_name = getattr(spec.loss, "op", None) and spec.loss.op.name
         # TF1 ran init_from_checkpoint as the variables' initializers: once, when
         # they are created (a restore from model_dir comes later and wins).
@@ -304,27 +297,16 @@ class ModelFnRunner:
         self._owner.built = True
 
     def restore_names(self, mode: str) -> dict[str, str]:
-        """`{model variable: checkpoint name}` that `mode`'s Scaffold saver restores from another name.
+        """`{variable: checkpoint name}` where EVAL / PREDICT's Scaffold saver reads another name (EMA).
 
-        EVAL and PREDICT restore what their Scaffold's `Saver` lists from the
-        names it gives (`Saver(ema.variables_to_restore())`: each variable from
-        its moving average), as the original's session restored with that saver.
-        Empty in TRAIN, which always restores `model_dir` by the variables' own names.
+        Empty in TRAIN, which restores `model_dir` by the variables' own names.
         """
         record = self.modes.get(mode)
         saver = traced_saver_of(record.scaffold) if record is not None and mode != ModeKeys.TRAIN else None
-        if saver is None:
-            return {}
-        return {name: key for name, key in saver.names.items() if name != key}
+        return {} if saver is None else {name: key for name, key in saver.names.items() if name != key}
 
     def start_session(self, mode: str, restored: bool) -> None:
-        """What a TF1 session of `mode` ran after restoring: the Scaffold's initialisers and `local_init_op`.
-
-        When nothing was restored (and the model was not initialised before)
-        the Scaffold's `init_op` then `init_fn` run, once, as TF1's
-        SessionManager ran them for a model it initialised; its
-        `local_init_op` runs at every call, as in every TF1 session.
-        """
+        """After a call's restore: the Scaffold's `init_op` / `init_fn` (nothing restored, once), `local_init_op`."""
         record = self.modes.get(mode)
         scaffold = record.scaffold if record is not None else None
         session = ScaffoldSession(self.store.variables_by_name, self.strategy)

@@ -12,6 +12,7 @@ from the raw weights.
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -104,3 +105,22 @@ def test_a_saver_in_a_tf1_graph_is_tensorflows():
         v = tf.compat.v1.get_variable("v", [1])
         saver = tf.compat.v1.train.Saver({"v": v})
     assert type(saver).__name__ == "Saver" and not isinstance(saver, tf1_saver.TracedSaver)
+
+
+def test_both_metagraphs_restore_the_averages(tmp_path):
+    """With `export_to_tpu`, the `{serve, tpu}` MetaGraph's saver reads the same averaged names."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    api = api_for(tmp_path, True)
+    config = kte.estimator.tpu.RunConfig(model_dir=str(tmp_path))
+    estimator = kte.estimator.tpu.TPUEstimator(
+        cases.ema_model_fn("scaffold_fn", api), config=config, train_batch_size=4, predict_batch_size=4)
+    estimator.train(cases.train_input_fn, max_steps=2)
+    path = os.fsdecode(estimator.export_saved_model(str(tmp_path / "export"), cases.serving_input_receiver_fn(api)))
+    saved = saved_model_pb2.SavedModel.FromString(open(os.path.join(path, "saved_model.pb"), "rb").read())
+    restored = {}
+    for meta_graph in saved.meta_graphs:
+        names = [n for n in meta_graph.graph_def.node if n.name == "save/RestoreV2/tensor_names"]
+        restored[tuple(meta_graph.meta_info_def.tags)] = sorted(names[0].attr["value"].tensor.string_val)
+    averaged = sorted([b"b/ExponentialMovingAverage", b"global_step", b"w/ExponentialMovingAverage"])
+    assert restored == {("serve",): averaged, ("serve", "tpu"): averaged}
