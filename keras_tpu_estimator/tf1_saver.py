@@ -13,6 +13,16 @@ it records `{model variable TF1 name: checkpoint name}` (`names`) and its
 which every session object this library hands to user code provides (with
 `restore_by_names`). Outside a traced graph (an export's TF1 graph) the same
 call makes TensorFlow's own Saver.
+
+A Scaffold's initialisers run as TF1's SessionManager ran them
+(`run_scaffold_initialisers`, `run_local_init_op`, called by
+`ModelFnRunner.start_session` after each call's restore). Their ops live in
+the build graph, a `FuncGraph` that nothing runs; `ScaffoldSession.run`
+prunes the part a fetch needs into a function (as
+`tf.compat.v1.wrap_function(...).prune` does) and calls it eagerly, on the
+model's variables, which the build graph captured. So `init_op`, and
+`init_fn(scaffold, session)` doing `session.run(assign)` or
+`saver.restore(session, ckpt)`, act on the model as in TF1.
 """
 
 from __future__ import annotations

@@ -205,3 +205,54 @@ def raw_evaluation(api: Any) -> dict:
     estimator = estimator_for(api, model_fn)
     estimator.train(train_input_fn, max_steps=6)
     return {k: round(float(v), 5) for k, v in estimator.evaluate(eval_input_fn, steps=2).items()}
+
+
+def resnet_bn_model_fn(api: Any) -> Callable:
+    """tensorflow/tpu ResNet's EMA: `ema_vars` are the trainable variables and batch norm's moving statistics."""
+    tpu = api.estimator.tpu
+
+    def model_fn(features, labels, mode, params):
+        training = mode == api.estimator.ModeKeys.TRAIN
+        kernel = np.linspace(-1.0, 1.0, FEATURES * 4, dtype=np.float32).reshape(FEATURES, 4)
+        hidden = tf.compat.v1.layers.dense(features["x"], 4, kernel_initializer=tf.compat.v1.constant_initializer(kernel))
+        hidden = tf.compat.v1.layers.batch_normalization(hidden, momentum=0.5, training=training)
+        predictions = tf.compat.v1.layers.dense(tf.nn.relu(hidden), 1,
+                                                kernel_initializer=tf.compat.v1.constant_initializer(0.1))
+        global_step = tf.compat.v1.train.get_global_step()
+        ema = tf.compat.v1.train.ExponentialMovingAverage(DECAY, num_updates=global_step)
+        ema_vars = tf.compat.v1.trainable_variables() + [
+            v for v in tf.compat.v1.global_variables() if "moving_mean" in v.name or "moving_variance" in v.name]
+        if mode == api.estimator.ModeKeys.PREDICT:
+            restore = ema.variables_to_restore(ema_vars)
+            return tpu.TPUEstimatorSpec(mode, predictions={"y": predictions}, scaffold_fn=lambda: (
+                tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(restore))))
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        if training:
+            optimizer = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9)
+            if api.use_tpu:
+                optimizer = tf.compat.v1.tpu.CrossShardOptimizer(optimizer)
+            with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+                train_op = optimizer.minimize(loss, global_step)
+            with tf.control_dependencies([train_op]):
+                train_op = tf.group(ema.apply(ema_vars))
+            return tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+        restore = ema.variables_to_restore(ema_vars)
+
+        def scaffold_fn():
+            return tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(restore))
+
+        return tpu.TPUEstimatorSpec(mode, loss=loss, scaffold_fn=scaffold_fn)
+
+    return model_fn
+
+
+@_default("EMA: ResNet's ema_vars with batch norm moving statistics")
+def ema_resnet_batch_norm(api: Any) -> dict:
+    estimator = estimator_for(api, resnet_bn_model_fn(api))
+    estimator.train(train_input_fn, max_steps=6)
+    fresh = estimator_for(api, resnet_bn_model_fn(api))
+    return {
+        "moving_mean": _floats(estimator.get_variable_value("batch_normalization/moving_mean")),
+        "eval_first": {k: round(float(v), 5) for k, v in fresh.evaluate(eval_input_fn, steps=2).items()},
+        "predictions": [_floats(p["y"]) for p in fresh.predict(predict_input_fn)],
+    }

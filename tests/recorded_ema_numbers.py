@@ -70,6 +70,20 @@ EMA = {
         "mae": 0.05739,
         "global_step": 6.0,
     },
+    "EMA: ResNet's ema_vars with batch norm moving statistics": {
+        "moving_mean": [-0.015687, 0.075106, 0.169701, 0.264507],
+        "eval_first": {"loss": 0.03332, "global_step": 6.0},
+        "predictions": [
+            [0.8609],
+            [0.658736],
+            [0.456572],
+            [0.254407],
+            [0.104797],
+            [0.137842],
+            [0.170888],
+            [0.203933],
+        ],
+    },
 }
 
 SCAFFOLD = {
@@ -92,5 +106,9 @@ SCAFFOLD = {
     "Scaffold(local_init_op) runs in every session (each train call)": {
         "after_first_train": 1,
         "after_second_train": 2,
+    },
+    "Scaffold(init_fn) in evaluate: runs on an empty model_dir, not over a checkpoint": {
+        "empty_model_dir": 0.02809,
+        "after_training": 0.07314,
     },
 }

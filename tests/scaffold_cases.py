@@ -139,3 +139,23 @@ def local_init_op(api: Any) -> dict:
     first = int(estimator.get_variable_value("sessions"))
     estimator.train(program.train_input_fn, steps=2)
     return {"after_first_train": first, "after_second_train": int(estimator.get_variable_value("sessions"))}
+
+
+@_default("Scaffold(init_fn) in evaluate: runs on an empty model_dir, not over a checkpoint")
+def init_fn_in_evaluate(api: Any) -> dict:
+    train = scaffold_model_fn(api, lambda w, b: None)
+
+    def model_fn(features, labels, mode, params):
+        if mode != api.estimator.ModeKeys.EVAL:
+            return train(features, labels, mode, params)
+        _, b, predictions = program.linear(features)
+        assign = tf.compat.v1.assign(b, ASSIGNED_B)
+        scaffold = tf.compat.v1.train.Scaffold(init_fn=lambda scaffold, session: session.run(assign))
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        return api.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, scaffold_fn=lambda: scaffold)
+
+    estimator = program.estimator_for(api, model_fn)
+    initialised = estimator.evaluate(program.eval_input_fn, steps=1)["loss"]
+    estimator.train(program.train_input_fn, max_steps=1)
+    restored = estimator.evaluate(program.eval_input_fn, steps=1)["loss"]
+    return {"empty_model_dir": round(float(initialised), 5), "after_training": round(float(restored), 5)}

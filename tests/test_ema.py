@@ -51,6 +51,12 @@ def test_strategy_path_evaluates_predicts_and_exports_the_averages_as_the_origin
     assert_same(cases.DEFAULTS[name](_strategy_api(strategy, tmp_path)), recorded.EMA[name], name)
 
 
+def test_resnet_batch_norm_statistics_averaged_on_the_default_strategy(tmp_path):
+    # Not on MirroredStrategy: each replica's batch norm sees its own rows (as on a TPU), not the CPU path's.
+    name = "EMA: ResNet's ema_vars with batch norm moving statistics"
+    assert_same(cases.DEFAULTS[name](api_for(tmp_path, True)), recorded.EMA[name], name)
+
+
 def test_the_averages_differ_from_the_raw_weights():
     averaged = recorded.EMA["EMA: Saver built in scaffold_fn (ResNet)"]["eval_first"]
     assert averaged["loss"] != recorded.EMA["EMA: raw evaluation without a Scaffold saver"]["loss"]
