@@ -311,12 +311,12 @@ class ScaffoldSession:
             self.graph = graph
             try:
                 function = pruned_graph_function(graph, list(feeds), [t for found in targets.values() for t in found])
+                results = function(*[tf.convert_to_tensor(v) for v in feeds.values()])
             except (ValueError, TypeError, tf.errors.OpError) as error:
                 raise ValueError(
-                    f"A Scaffold init_fn's session.run({fetches!r}) cannot run: {error}. Run ops that "
-                    "need no input of model_fn (assigns, variable reads), feeding any placeholder."
+                    f"A Scaffold's session.run({fetches!r}) cannot run: {error}. Run ops that need no "
+                    "input of model_fn (assigns, variable reads), or feed them with feed_dict."
                 ) from error
-            results = function(*[tf.convert_to_tensor(v) for v in feeds.values()])
             results = iter(tf.nest.flatten(results))
             for key, found in targets.items():
                 first = [next(results) for _ in found][0]

@@ -47,6 +47,7 @@ def test_the_session_runs_graph_ops_and_reads_variables():
         built["assign"] = tf.compat.v1.assign(w, [3.0, 4.0])
         built["doubled"] = w.read_value() * 2.0
         built["fed"] = tf.compat.v1.placeholder_with_default(1.0, []) + 1.0
+        built["needs_input"] = tf.compat.v1.placeholder(tf.float32, []) * 2.0
         return tf.constant(0)
 
     build.get_concrete_function()  # traced, not run
@@ -60,3 +61,5 @@ def test_the_session_runs_graph_ops_and_reads_variables():
     assert session.run(built["fed"], feed_dict=feed_dict) == 6.0
     with pytest.raises(TypeError, match="Cannot run"):
         session.run("not a tensor")
+    with pytest.raises(ValueError, match="cannot run: .*or feed them with feed_dict"):
+        session.run(built["needs_input"])

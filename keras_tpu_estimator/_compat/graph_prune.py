@@ -12,12 +12,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensorflow.python.eager import wrap_function as _wrap_function
+from tensorflow.python.ops import op_selector as _op_selector
 
 
 def pruned_graph_function(graph: Any, feeds: Sequence[Any], fetches: Sequence[Any]) -> Callable[..., Any]:
     """A callable `f(*feed_values)` that runs `fetches` of `graph` (`WrappedFunction(graph).prune`).
 
-    Operations among `fetches` give None; tensors their values.
+    Operations among `fetches` give None; tensors their values. Raises
+    ValueError when a fetch needs a placeholder that is not fed
+    (`op_selector.UnliftableError`).
     """
     wrapped = _wrap_function.WrappedFunction(graph, variable_holder=None)
-    return wrapped.prune(feeds=list(feeds), fetches=list(fetches))
+    try:
+        return wrapped.prune(feeds=list(feeds), fetches=list(fetches))
+    except _op_selector.UnliftableError as error:
+        raise ValueError(str(error)) from error
