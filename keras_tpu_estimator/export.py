@@ -23,6 +23,7 @@ import contextlib
 import copy
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -197,37 +198,40 @@ def _serving_saver(spec: Any) -> Any:
     variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
     if isinstance(saver, TracedSaver):
         missing = sorted(name for name in saver.names if name not in variables)
-        if missing:
+        if missing and not getattr(saver, "_kte_from_scaffold", False):
             raise ValueError(
                 f"The Scaffold's Saver restores {missing}, which the serving graph does not have. "
                 "Build the Saver from the variables model_fn creates in PREDICT mode."
             )
-        return tf.compat.v1.train.Saver({key: variables[name] for name, key in saver.names.items()})
+        saver = tf.compat.v1.train.Saver({key: variables[name] for name, key in saver.names.items()})
     if saver is not None:
+        saver._kte_from_scaffold = True  # restore errors name the Saver's keys, not the variables'
         return saver
     return tf.compat.v1.train.Saver(variables, sharded=True, allow_empty=True)
 
 
 def _restore(graph: tf.Graph, saver: Any, checkpoint: str) -> tf.compat.v1.Session:
-    reader = tf.train.load_checkpoint(checkpoint)
-    with graph.as_default():
-        missing = sorted(
-            v.op.name for v in tf.compat.v1.global_variables() if not reader.has_tensor(v.op.name)
-        )
-    if missing:
-        raise ValueError(
-            f"The checkpoint {checkpoint} has no value for the serving graph's variables {missing}. "
-            "Export from a checkpoint written for this model_fn."
-        )
+    """A session of `graph` with `saver` restored from `checkpoint` (a Scaffold saver reads only its names)."""
     session = tf.compat.v1.Session(graph=graph)
     try:
         saver.restore(session, checkpoint)
-    except tf.errors.NotFoundError as error:  # a Scaffold saver naming what the checkpoint lacks
+    except tf.errors.NotFoundError as error:
         session.close()
+        reader = tf.train.load_checkpoint(checkpoint)
+        with graph.as_default():
+            missing = sorted(
+                v.op.name for v in tf.compat.v1.global_variables() if not reader.has_tensor(v.op.name)
+            )
+        if missing and not getattr(saver, "_kte_from_scaffold", False):
+            raise ValueError(
+                f"The checkpoint {checkpoint} has no value for the serving graph's variables {missing}. "
+                "Export from a checkpoint written for this model_fn."
+            ) from None
+        keys = sorted(set(re.findall(r"Key (\S+) not found in checkpoint", error.message)))
         raise ValueError(
-            f"The Scaffold's Saver cannot restore the serving graph from {checkpoint}: {error.message}. "
-            "Export from a checkpoint that holds the names the Saver lists."
-        ) from error
+            f"The checkpoint {checkpoint} has no value for {keys or 'some names'} that the Scaffold's "
+            "Saver restores. Export from a checkpoint that holds the names the Saver lists."
+        ) from None
     return session
 
 

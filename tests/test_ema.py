@@ -130,3 +130,25 @@ def test_both_metagraphs_restore_the_averages(tmp_path):
         restored[tuple(meta_graph.meta_info_def.tags)] = sorted(names[0].attr["value"].tensor.string_val)
     averaged = sorted([b"b/ExponentialMovingAverage", b"global_step", b"w/ExponentialMovingAverage"])
     assert restored == {("serve",): averaged, ("serve", "tpu"): averaged}
+
+
+def test_export_reads_only_the_names_the_scaffold_saver_lists(tmp_path):
+    """An averages-only checkpoint (as released EMA checkpoints are) exports; a missing average is named."""
+    api = api_for(tmp_path, False)
+    estimator = cases.estimator_for(api, cases.ema_model_fn("scaffold_fn", api))
+    estimator.train(cases.train_input_fn, max_steps=6)
+    averages = ["w/ExponentialMovingAverage", "b/ExponentialMovingAverage", "global_step"]
+    values = {name: tf.Variable(estimator.get_variable_value(name)) for name in averages}
+    (tmp_path / "averages").mkdir()
+    (tmp_path / "partial").mkdir()
+    only_averages = write_checkpoint(str(tmp_path / "averages" / "model.ckpt-6"), values)
+    path = estimator.export_saved_model(str(tmp_path / "export"), cases.serving_input_receiver_fn(api),
+                                        checkpoint_path=only_averages)
+    served = tf.saved_model.load(os.fsdecode(path), tags=["serve"]).signatures["serving_default"]
+    expected = recorded.EMA["EMA: Saver built in scaffold_fn (ResNet)"]["served"]
+    assert_same(cases._floats(served(x=tf.constant(cases.X[:2]))["y"]), expected, "served")
+    del values["b/ExponentialMovingAverage"]
+    partial = write_checkpoint(str(tmp_path / "partial" / "model.ckpt-6"), values)
+    with pytest.raises(ValueError, match=r"has no value for \['b/ExponentialMovingAverage'\] that the Scaffold's Saver restores"):
+        estimator.export_saved_model(str(tmp_path / "export"), cases.serving_input_receiver_fn(api),
+                                     checkpoint_path=partial)
