@@ -237,6 +237,12 @@ def _patches() -> list:
             for attribute in _INITIALIZERS:
                 if hasattr(module, attribute):
                     patches.append((module, attribute, _initializer(getattr(module, attribute))))
+        aliases = getattr(module, "initializers", None)  # tf.compat.v1.initializers.global_variables()
+        if aliases is not None and id(aliases) not in seen:
+            seen.add(id(aliases))
+            for attribute in ("variables", "global_variables", "local_variables"):
+                if hasattr(aliases, attribute):
+                    patches.append((aliases, attribute, _initializer(getattr(aliases, attribute))))
     return patches
 
 

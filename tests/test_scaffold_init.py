@@ -63,3 +63,26 @@ def test_the_session_runs_graph_ops_and_reads_variables():
         session.run("not a tensor")
     with pytest.raises(ValueError, match="cannot run: .*or feed them with feed_dict"):
         session.run(built["needs_input"])
+
+
+def test_variable_initializers_inside_model_fn_group_nothing():
+    """The model's variables are created initialised: TF1's initializer ops group no-ops (TF raised before)."""
+    from keras_tpu_estimator.legacy import model_fn_scope
+
+    variable = tf.Variable(1.0)
+    types = []
+
+    @tf.function
+    def trace():
+        with model_fn_scope():
+            for op in (tf.compat.v1.global_variables_initializer(), tf.compat.v1.variables_initializer([variable]),
+                       tf.compat.v1.initializers.global_variables(), tf.compat.v1.local_variables_initializer()):
+                types.append(op.type)
+        return tf.constant(0)
+
+    trace()
+    assert types == ["NoOp"] * 4
+    with tf.Graph().as_default():  # a TF1 graph keeps TensorFlow's own
+        graph_variable = tf.compat.v1.get_variable("v", [1])
+        with model_fn_scope():
+            assert tf.compat.v1.variables_initializer([graph_variable]).control_inputs == [graph_variable.initializer]
