@@ -6,6 +6,8 @@ keyword when it names it, else positionally; `labels`, `mode`, `config` and
 the Estimator did), calls it inside `legacy.model_fn_scope()` and the
 caller's own context managers, and checks the spec it returns
 (`spec.check_spec`, and `check_scaffold` on an `EstimatorSpec.scaffold`).
+`call_scaffold_fn` calls a `TPUEstimatorSpec.scaffold_fn` the same way, so a
+`Saver` built there is a `tf1_saver.TracedSaver` in a traced graph.
 
 What differs between callers is only what they pass: the model's runner
 (`model_fn.py`) its variable store, optimizer recording, padding mask and
