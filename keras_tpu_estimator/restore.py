@@ -108,7 +108,16 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
         optimizer = [name for name in variables if name.startswith("keras_optimizer/")]
         stored = set(open_checkpoint(path)[1])
         name_map = _older_optimizer_names(optimizer, self.model.variables_by_name, stored)
-        name_map.update(_scaffold_saver_names(self.model, mode))
+        scaffold = _scaffold_saver_names(self.model, mode)
+        absent = sorted(key for key in scaffold.values() if key not in stored)
+        if absent:
+            raise ValueError(
+                f"The Scaffold's Saver restores {absent} (into {sorted(n for n, k in scaffold.items() if k in absent)}) "
+                f"from the checkpoint {path}, which has no such names; it holds {sorted(stored)}. Write them in "
+                "training (for ema.variables_to_restore(): ema.apply(...) in the train_op), or build the "
+                "Saver from names the checkpoint holds."
+            )
+        name_map.update(scaffold)
         restore_checkpoint(path, variables, name_map=name_map, allow_missing=optimizer)
         fresh = [name for name in optimizer if name_map.get(name, name) not in stored]
         if fresh and any(name.startswith("keras_optimizer/") for name in stored):

@@ -152,3 +152,20 @@ def test_export_reads_only_the_names_the_scaffold_saver_lists(tmp_path):
     with pytest.raises(ValueError, match=r"has no value for \['b/ExponentialMovingAverage'\] that the Scaffold's Saver restores"):
         estimator.export_saved_model(str(tmp_path / "export"), cases.serving_input_receiver_fn(api),
                                      checkpoint_path=partial)
+
+
+def test_a_checkpoint_without_the_averages_is_named(tmp_path):
+    api = api_for(tmp_path, False)
+
+    def no_average(features, labels, mode, params):
+        _, _, predictions = cases.linear(features)
+        loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            loss, tf.compat.v1.train.get_global_step())
+        return kte.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    cases.estimator_for(api, no_average).train(cases.train_input_fn, max_steps=2)
+    averaging = cases.estimator_for(api, cases.ema_model_fn("scaffold_fn", api))
+    with pytest.raises(ValueError, match=r"Saver restores \['b/ExponentialMovingAverage', 'w/Exponential"
+                                         r"MovingAverage'\] \(into \['b', 'w'\]\).*ema.apply"):
+        averaging.evaluate(cases.eval_input_fn, steps=1)
