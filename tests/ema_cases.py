@@ -33,7 +33,6 @@ FEATURES = 3
 DECAY = 0.5
 X = np.linspace(-1.0, 1.0, 8 * FEATURES, dtype=np.float32).reshape(8, FEATURES)
 Y = (X @ np.array([[1.0], [-2.0], [0.5]], np.float32) + 0.3).astype(np.float32)
-PRETRAINED_W = np.array([[0.25], [-0.5], [0.75]], np.float32)
 
 
 def original_api(model_dir: str) -> types.SimpleNamespace:
