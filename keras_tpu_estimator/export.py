@@ -23,6 +23,7 @@ import contextlib
 import copy
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -34,7 +35,7 @@ from keras_tpu_estimator import _compat
 from keras_tpu_estimator._compat.deprecations import quiet_deprecations
 from keras_tpu_estimator.checkpoints import resolve_checkpoint_path
 from keras_tpu_estimator.inference import model_fn_inference_on_tpu
-from keras_tpu_estimator.invoke import invoke_model_fn
+from keras_tpu_estimator.invoke import call_scaffold_fn, invoke_model_fn
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.serving import (
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
@@ -50,6 +51,7 @@ from keras_tpu_estimator.serving import (
     build_raw_supervised_input_receiver_fn,
 )
 from keras_tpu_estimator.spec import AnySpec, ModeKeys, ModelFn, check_model_fn
+from keras_tpu_estimator.tf1_saver import TracedSaver
 
 _log = get_logger(__name__)
 SERVE, TPU = tf.saved_model.SERVING, "tpu"
@@ -89,8 +91,8 @@ def _call_model_fn(
     Labels `model_fn` does not take are refused, as the original's export did
     (tpu_estimator.py:2026-2030). The Scaffold is not checked: an export
     restores the checkpoint; the original's ran neither `init_op` nor
-    `init_fn` either (it used the Scaffold's saver and `local_init_op`, which
-    this export ignores).
+    `init_fn` either. Its saver restores and saves the variables
+    (`_serving_saver`); its `local_init_op` is ignored.
     """
     return invoke_model_fn(
         model_fn, features, labels, mode, params, config,
@@ -176,24 +178,60 @@ def _build_graph(
             outputs = _export_outputs(spec)
         with quiet_deprecations():
             signatures = {key: output.as_signature_def(receiver.receiver_tensors) for key, output in outputs.items()}
-        variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
-        saver = tf.compat.v1.train.Saver(variables, sharded=True, allow_empty=True)
+        saver = _serving_saver(spec)
     return graph, signatures, saver
 
 
+def _serving_saver(spec: Any) -> Any:
+    """The Saver that restores the checkpoint into the serving graph and saves the SavedModel's variables.
+
+    As the Estimator's export: the PREDICT spec's Scaffold saver when it has
+    one (`Saver(ema.variables_to_restore())` serves the moving averages, and
+    the SavedModel restores with it too), else every variable by its TF1 name.
+    A Saver that `model_fn` built inside a function (the TPU metagraph) is
+    rebuilt here over the graph's variables with the names it recorded.
+    """
+    scaffold = getattr(spec, "scaffold", None)
+    if getattr(spec, "scaffold_fn", None) is not None:
+        scaffold = call_scaffold_fn(spec.scaffold_fn, check=False)
+    saver = getattr(scaffold, "saver", None)
+    variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
+    if isinstance(saver, TracedSaver):
+        missing = sorted(name for name in saver.names if name not in variables)
+        if missing and not getattr(saver, "_kte_from_scaffold", False):
+            raise ValueError(
+                f"The Scaffold's Saver restores {missing}, which the serving graph does not have. "
+                "Build the Saver from the variables model_fn creates in PREDICT mode."
+            )
+        saver = tf.compat.v1.train.Saver({key: variables[name] for name, key in saver.names.items()})
+    if saver is not None:
+        saver._kte_from_scaffold = True  # restore errors name the Saver's keys, not the variables'
+        return saver
+    return tf.compat.v1.train.Saver(variables, sharded=True, allow_empty=True)
+
+
 def _restore(graph: tf.Graph, saver: Any, checkpoint: str) -> tf.compat.v1.Session:
-    reader = tf.train.load_checkpoint(checkpoint)
-    with graph.as_default():
-        missing = sorted(
-            v.op.name for v in tf.compat.v1.global_variables() if not reader.has_tensor(v.op.name)
-        )
-    if missing:
-        raise ValueError(
-            f"The checkpoint {checkpoint} has no value for the serving graph's variables {missing}. "
-            "Export from a checkpoint written for this model_fn."
-        )
+    """A session of `graph` with `saver` restored from `checkpoint` (a Scaffold saver reads only its names)."""
     session = tf.compat.v1.Session(graph=graph)
-    saver.restore(session, checkpoint)
+    try:
+        saver.restore(session, checkpoint)
+    except tf.errors.NotFoundError as error:
+        session.close()
+        reader = tf.train.load_checkpoint(checkpoint)
+        with graph.as_default():
+            missing = sorted(
+                v.op.name for v in tf.compat.v1.global_variables() if not reader.has_tensor(v.op.name)
+            )
+        if missing and not getattr(saver, "_kte_from_scaffold", False):
+            raise ValueError(
+                f"The checkpoint {checkpoint} has no value for the serving graph's variables {missing}. "
+                "Export from a checkpoint written for this model_fn."
+            ) from None
+        keys = sorted(set(re.findall(r"Key (\S+) not found in checkpoint", error.message)))
+        raise ValueError(
+            f"The checkpoint {checkpoint} has no value for {keys or 'some names'} that the Scaffold's "
+            "Saver restores. Export from a checkpoint that holds the names the Saver lists."
+        ) from None
     return session
 
 

@@ -6,6 +6,8 @@ keyword when it names it, else positionally; `labels`, `mode`, `config` and
 the Estimator did), calls it inside `legacy.model_fn_scope()` and the
 caller's own context managers, and checks the spec it returns
 (`spec.check_spec`, and `check_scaffold` on an `EstimatorSpec.scaffold`).
+`call_scaffold_fn` calls a `TPUEstimatorSpec.scaffold_fn` the same way, so a
+`Saver` built there is a `tf1_saver.TracedSaver` in a traced graph.
 
 What differs between callers is only what they pass: the model's runner
 (`model_fn.py`) its variable store, optimizer recording, padding mask and
@@ -24,19 +26,20 @@ from typing import Any
 from keras_tpu_estimator.legacy import model_fn_scope
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.spec import AnySpec, EstimatorSpec, ModelFn, check_spec, function_args
+from keras_tpu_estimator.tf1_saver import traced_saver_of
 
 _log = get_logger(__name__)
 
-_SCAFFOLD_INITIALIZERS = ("init_op", "init_fn", "local_init_op")
 _SCAFFOLD_UNUSED = ("ready_op", "ready_for_local_init_op", "saver", "summary_op")
 
 
 def check_scaffold(scaffold: Any, where: str) -> None:
-    """Refuses custom Scaffold initialization (skipping it would train other weights); warns on unused parts.
+    """Warns on the parts of a Scaffold this library does not use.
 
-    Variables start from their initializers and `init_from_checkpoint`, then a
-    checkpoint in `model_dir` or warm start; a TF1 session's `init_op` /
-    `init_fn` / `local_init_op` have no session to run in.
+    Used: the saver (what evaluation, prediction and export restore, see
+    `tf1_saver.TracedSaver`), `init_op` / `init_feed_dict` / `init_fn` (run
+    when nothing was restored) and `local_init_op` (every call). Not used:
+    the ready ops (variables are always ready) and `summary_op`.
 
     Example:
 
@@ -44,23 +47,42 @@ def check_scaffold(scaffold: Any, where: str) -> None:
     check_scaffold(spec.scaffold_fn(), "scaffold_fn")
     ```
     """
-    custom = [name for name in _SCAFFOLD_INITIALIZERS if getattr(scaffold, name, None) is not None]
-    if custom:
-        raise NotImplementedError(
-            f"The Scaffold of {where} sets {custom}, a custom TF1 session initialization, which "
-            "keras_tpu_estimator does not run (skipping it would start from other weights). Load "
-            "checkpoints with tf.compat.v1.train.init_from_checkpoint in scaffold_fn, or pass "
-            "warm_start_from; other variables start from their initializers."
-        )
     unused = [name for name in _SCAFFOLD_UNUSED if getattr(scaffold, name, None) is not None]
+    if traced_saver_of(scaffold) is not None:  # evaluation and prediction restore with it
+        unused.remove("saver")
     if unused:
         _log.warning(
-            "The Scaffold of %s sets %s, which keras_tpu_estimator does not use: checkpoints are "
-            "written by its own saver (RunConfig.keep_checkpoint_max), summaries by host_call, and "
-            "variables are always ready.",
+            "The Scaffold of %s sets %s, which keras_tpu_estimator does not use: a Saver built "
+            "outside model_fn is not read (checkpoints are written by the library's own saver, "
+            "RunConfig.keep_checkpoint_max), summaries go through host_call, and variables are always ready.",
             where,
             unused,
         )
+
+
+def call_scaffold_fn(scaffold_fn: Any, check: bool = True) -> Any:
+    """`TPUEstimatorSpec.scaffold_fn()` called as TF1 called it, in the graph (a `Saver` is a `TracedSaver`).
+
+    Raises ValueError when it returns None and warns (`check_scaffold`) on the
+    parts this library does not use, unless `check` is False (an export, which
+    the original let through `as_estimator_spec` unchecked).
+
+    Example:
+
+    ```python
+    scaffold = call_scaffold_fn(spec.scaffold_fn)
+    ```
+    """
+    with model_fn_scope():
+        scaffold = scaffold_fn()
+    if scaffold is None and check:
+        raise ValueError(
+            "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
+            "Return `tf.compat.v1.train.Scaffold()`."
+        )
+    if check:
+        check_scaffold(scaffold, "scaffold_fn")
+    return scaffold
 
 
 def invoke_model_fn(
@@ -103,7 +125,6 @@ def invoke_model_fn(
     Raises:
         ValueError: labels given to a `model_fn` without a `labels` argument,
             or a spec `check_spec` refuses.
-        NotImplementedError: the EstimatorSpec's Scaffold sets a custom initialization.
 
     Example:
 
@@ -138,4 +159,4 @@ def invoke_model_fn(
     return spec
 
 
-__all__ = ["check_scaffold", "invoke_model_fn"]
+__all__ = ["call_scaffold_fn", "check_scaffold", "invoke_model_fn"]

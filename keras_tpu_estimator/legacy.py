@@ -14,6 +14,8 @@
 - Tensors and variables are hashable and compare by identity, and a
   variable's `.op.name` is its TF1 name, as in a TF1 graph
   (`_compat.tf1_identity`).
+- `tf.compat.v1.train.Saver` records which checkpoint name restores which
+  variable, for a Scaffold or a hook to restore (`tf1_saver.TracedSaver`).
 
 `per_replica_collections()` keeps TF1 collections (`LOSSES`,
 `REGULARIZATION_LOSSES`, `UPDATE_OPS`, `SUMMARIES`) separate per replica
@@ -32,6 +34,7 @@ import tensorflow as tf
 
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator._compat.tf1_identity import tf1_identity
+from keras_tpu_estimator.tf1_saver import saver_stand_in
 from keras_tpu_estimator.versions import tf_keras_requirement
 
 _state = threading.local()
@@ -268,7 +271,12 @@ def model_fn_scope() -> Iterator[None]:
     _collect_updates_in_model_fn()
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
-        with legacy_layers(), _compat.patched_attributes("model_fn_guards", _guard_patches), tf1_identity():
+        with (
+            legacy_layers(),
+            _compat.patched_attributes("model_fn_guards", _guard_patches),
+            tf1_identity(),
+            saver_stand_in(),
+        ):
             yield
     finally:
         _state.depth -= 1

@@ -53,7 +53,7 @@ from keras_tpu_estimator.inputs import (
     placeholders,
     static_batch_size,
 )
-from keras_tpu_estimator.invoke import check_scaffold, invoke_model_fn
+from keras_tpu_estimator.invoke import call_scaffold_fn, invoke_model_fn
 from keras_tpu_estimator.legacy import summary_names
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.metric_ops import StepMetrics
@@ -69,6 +69,12 @@ from keras_tpu_estimator.spec import (
 )
 from keras_tpu_estimator.step_tensors import StepTensors
 from keras_tpu_estimator.strategy import TPUContext, cpu_path_replicas, num_workers
+from keras_tpu_estimator.tf1_saver import (
+    ScaffoldSession,
+    run_local_init_op,
+    run_scaffold_initialisers,
+    traced_saver_of,
+)
 from keras_tpu_estimator.variables import VariableStore
 
 _log = get_logger(__name__)
@@ -101,6 +107,7 @@ class ModeRecord:
             when known: `math.inf` for a repeated dataset, a count when every
             step takes one element of one dataset of known size (one replica,
             or the CPU path), else None.
+        scaffold: The build's Scaffold (`scaffold_fn()` or `EstimatorSpec.scaffold`), or None.
     """
 
     batch: BatchPlan
@@ -113,6 +120,7 @@ class ModeRecord:
     loss_name: str | None = None
     host_plan: HostPlan | None = None
     input_steps: float | None = None
+    scaffold: Any = None
 
 
 class ModelFnRunner:
@@ -168,6 +176,7 @@ class ModelFnRunner:
         self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
         self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (metric_ops.py)
         self.predict_keys: Sequence[str] | str | None = None  # the only predictions PREDICT computes
+        self.initialised = False  # restored, or initialised with the Scaffold's init_op / init_fn
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""
@@ -233,15 +242,10 @@ class ModelFnRunner:
             labels = None if labels_spec is None else placeholders(labels_spec)
             mask = None if mask_spec is None else placeholders(mask_spec)
             spec = self.call_model_fn(features, labels, mode, mask)
+            scaffold = getattr(spec, "scaffold", None)  # an EstimatorSpec's (invoke checked it)
             if isinstance(spec, TPUEstimatorSpec) and spec.scaffold_fn is not None:
                 with self.store.scope():
-                    scaffold = spec.scaffold_fn()
-                if scaffold is None:
-                    raise ValueError(
-                        "TPUEstimatorSpec.scaffold_fn returns None, which is not allowed. "
-                        "Return `tf.compat.v1.train.Scaffold()`."
-                    )
-                check_scaffold(scaffold, "scaffold_fn")
+                    scaffold = call_scaffold_fn(spec.scaffold_fn)
             summaries = summary_names(graph)
             # TF1 summaries: written in TRAIN off a TPU, as the Estimator's SummarySaverHook
             # wrote them (tf1_summaries.py); its evaluate and predict wrote none, nor its TPU path.
@@ -277,6 +281,7 @@ class ModelFnRunner:
             ModeKeys.PREDICT: "prediction_hooks",
         }[mode]
         record.hooks = list(getattr(spec, hooks))
+        record.scaffold = scaffold
         record.loss_name = getattr(spec.loss, "op", None) and spec.loss.op.name
         record.graph = graph  # where hooks find tensors model_fn computed
         self.hook_tensors.at_build(mode, record.hooks)
@@ -303,6 +308,25 @@ class ModelFnRunner:
         record.output_spec = output_spec
         record.built = True
         self._owner.built = True
+
+    def restore_names(self, mode: str) -> dict[str, str]:
+        """`{variable: checkpoint name}` where EVAL / PREDICT's Scaffold saver reads another name (EMA).
+
+        Empty in TRAIN, which restores `model_dir` by the variables' own names.
+        """
+        record = self.modes.get(mode)
+        saver = traced_saver_of(record.scaffold) if record is not None and mode != ModeKeys.TRAIN else None
+        return {} if saver is None else {name: key for name, key in saver.names.items() if name != key}
+
+    def start_session(self, mode: str, restored: bool) -> None:
+        """After a call's restore: the Scaffold's `init_op` / `init_fn` (nothing restored, once), `local_init_op`."""
+        record = self.modes.get(mode)
+        scaffold = record.scaffold if record is not None else None
+        session = ScaffoldSession(self.store.variables_by_name, self.strategy)
+        if not restored and not self.initialised:
+            run_scaffold_initialisers(scaffold, session)
+        self.initialised = True
+        run_local_init_op(scaffold, session)
 
     def train_op_optimizer(self) -> Any:
         """`model.optimizer` when `model_fn` returns its own `train_op` (see `optimizer_view`)."""

@@ -6,6 +6,15 @@ warm-started. Here the candidates are `model_dir`'s checkpoints newest first
 warning naming it and why, and the next older one is restored; if none
 restores, one error lists what was tried. A checkpoint named explicitly
 (`checkpoint_path=`) is restored or is an error naming it.
+
+In evaluation and prediction the mode's Scaffold saver decides which
+checkpoint name restores a variable (`Saver(ema.variables_to_restore())`:
+`w` from `w/ExponentialMovingAverage`), as the original's session restored
+with that saver; variables it does not list restore by their own names.
+Training restores every variable by its own name, so it goes on from the raw
+weights after an evaluation of the averages. Then, as a TF1 session started,
+the mode's Scaffold `init_op` and `init_fn` run when nothing was restored
+(once per model), and its `local_init_op` at every call.
 """
 
 from __future__ import annotations
@@ -53,6 +62,19 @@ def _older_optimizer_names(names: list, model_names: dict, stored: set) -> dict:
     return older
 
 
+def _scaffold_saver_names(model: keras.Model, mode: str) -> dict[str, str]:
+    """`{variable: checkpoint name}` of the mode's Scaffold saver (`ModelFnRunner.restore_names`)."""
+    runner = getattr(model, "_runner", None)
+    return runner.restore_names(mode) if hasattr(runner, "restore_names") else {}
+
+
+def _start_session(model: keras.Model, mode: str, restored: bool) -> None:
+    """The Scaffold's `init_op` / `init_fn` (nothing restored) and `local_init_op` (`ModelFnRunner.start_session`)."""
+    runner = getattr(model, "_runner", None)
+    if hasattr(runner, "start_session"):
+        runner.start_session(mode, restored)
+
+
 class RestoreOrWarmStart(keras.callbacks.Callback):
     """Before the first execution: restore a checkpoint, else apply warm-start settings.
 
@@ -81,11 +103,21 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
         self.restored: str | None = None
         self.damaged: list[tuple[str, str]] = []
 
-    def _restore_one(self, path: str) -> None:
+    def _restore_one(self, path: str, mode: str) -> None:
         variables = self.model.checkpoint_variables
         optimizer = [name for name in variables if name.startswith("keras_optimizer/")]
         stored = set(open_checkpoint(path)[1])
         name_map = _older_optimizer_names(optimizer, self.model.variables_by_name, stored)
+        scaffold = _scaffold_saver_names(self.model, mode)
+        absent = sorted(key for key in scaffold.values() if key not in stored)
+        if absent:
+            raise ValueError(
+                f"The Scaffold's Saver restores {absent} (into {sorted(n for n, k in scaffold.items() if k in absent)}) "
+                f"from the checkpoint {path}, which has no such names; it holds {sorted(stored)}. Write them in "
+                "training (for ema.variables_to_restore(): ema.apply(...) in the train_op), or build the "
+                "Saver from names the checkpoint holds."
+            )
+        name_map.update(scaffold)
         restore_checkpoint(path, variables, name_map=name_map, allow_missing=optimizer)
         fresh = [name for name in optimizer if name_map.get(name, name) not in stored]
         if fresh and any(name.startswith("keras_optimizer/") for name in stored):
@@ -94,11 +126,11 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
                 "they start fresh.", path, len(fresh), fresh[:3],
             )
 
-    def _restore(self) -> None:
+    def _restore(self, mode: str) -> None:
         self.restored, self.damaged = None, []
         for path in self._candidates:
             try:
-                self._restore_one(path)
+                self._restore_one(path, mode)
             except DamagedCheckpointError as error:
                 if self._explicit:
                     raise DamagedCheckpointError(
@@ -112,6 +144,7 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
                 )
                 continue
             self.restored = path
+            _start_session(self.model, mode, restored=True)
             return
         if self.damaged:
             tried = "; ".join(f"{path}: {reason}" for path, reason in self.damaged)
@@ -123,12 +156,13 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
         if self._warm_start is not None:
             names = self._warm_start.apply(self.model.checkpoint_variables)
             _log.info("Warm-started %d variables from %s.", len(names), self._warm_start.ckpt_to_initialize_from)
+        _start_session(self.model, mode, restored=False)
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        self._restore()
+        self._restore("train")
 
     def on_test_begin(self, logs: dict | None = None) -> None:
-        self._restore()
+        self._restore("eval")
 
     def on_predict_begin(self, logs: dict | None = None) -> None:
-        self._restore()
+        self._restore("infer")
