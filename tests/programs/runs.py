@@ -100,4 +100,9 @@ RUNS = {
     # input whose last step has fewer batches than replicas (that step does not train).
     "tpu_cpu_distribute": Run("tpu_cpu_distribute", paths=("cpu",)),
     "tpu_cpu_distribute_one_replica": Run("tpu_cpu_distribute", ("--replicas=1",), paths=("cpu",)),
+    # EMA evaluation, prediction and export through scaffold_fn's Saver(ema.variables_to_restore()),
+    # TF1 summaries off a TPU and a LoggingTensorHook of the global-step variable. Batch norm normalizes
+    # each replica's rows: one replica's numbers only.
+    "efficientnet_ema": Run("efficientnet_ema", paths=("cpu", "tpu"), differences={
+        "tpu": {"summaries": ({}, "the program writes TF1 summaries only with use_tpu=False, as EfficientNet's")}}),
 }
