@@ -54,6 +54,16 @@ def _linear(features: Any) -> tuple[Any, Any]:
     return tf.matmul(features["x"], w) + b, w
 
 
+def _trained_twice(api: Any, model_fn: Callable, model_dir: str, use_tpu: bool) -> dict:
+    """Trains in two calls (two traces of TRAIN); the checkpoint's names and the `dense/` values."""
+    estimator = _estimator(api, model_fn, model_dir, use_tpu)
+    estimator.train(input_fn, max_steps=4)
+    estimator.train(input_fn, max_steps=6)
+    names = sorted(name for name, _ in tf.train.list_variables(estimator.latest_checkpoint()))
+    values = {name: _rounded(estimator.get_variable_value(name)) for name in names if name.startswith("dense/")}
+    return {"checkpoint_names": names, "values": values}
+
+
 def _rounded(values: Any) -> Any:
     return np.round(np.asarray(values, np.float64), 5).tolist()
 
@@ -141,12 +151,7 @@ def moving_average_as_resnet_picks_it(api: Any, model_dir: str, use_tpu: bool) -
                 train_op = ema.apply(averaged)
         return api.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
-    estimator = _estimator(api, model_fn, model_dir, use_tpu)
-    estimator.train(input_fn, max_steps=4)
-    estimator.train(input_fn, max_steps=6)
-    names = sorted(name for name, _ in tf.train.list_variables(estimator.latest_checkpoint()))
-    values = {name: _rounded(estimator.get_variable_value(name)) for name in names if name.startswith("dense/")}
-    return {"checkpoint_names": names, "values": values}
+    return _trained_twice(api, model_fn, model_dir, use_tpu)
 
 
 @case
@@ -166,9 +171,4 @@ def moving_average_of_global_variables(api: Any, model_dir: str, use_tpu: bool) 
                 train_op = ema.apply(averaged)
         return api.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
-    estimator = _estimator(api, model_fn, model_dir, use_tpu)
-    estimator.train(input_fn, max_steps=4)
-    estimator.train(input_fn, max_steps=6)
-    names = sorted(name for name, _ in tf.train.list_variables(estimator.latest_checkpoint()))
-    values = {name: _rounded(estimator.get_variable_value(name)) for name in names if name.startswith("dense/")}
-    return {"checkpoint_names": names, "values": values}
+    return _trained_twice(api, model_fn, model_dir, use_tpu)
