@@ -172,3 +172,39 @@ def moving_average_of_global_variables(api: Any, model_dir: str, use_tpu: bool) 
         return api.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
     return _trained_twice(api, model_fn, model_dir, use_tpu)
+
+
+def paired_input_fn(params: dict) -> tf.data.Dataset:
+    """Each global batch of 8 is one pair of rows 4 times: every replica's share has the batch's statistics."""
+    pairs = (np.arange(16, dtype=np.float32).reshape(4, 2, 2) % 5) / 5
+    x = np.concatenate([np.tile(pair, (BATCH // 2, 1)) for pair in pairs])
+    y = x @ np.array([[1.0], [-0.5]], np.float32)
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(params["batch_size"], drop_remainder=True)
+
+
+@case
+def moving_average_of_batch_norm_statistics(api: Any, model_dir: str, use_tpu: bool) -> dict:
+    """tf.compat.v1 batch norm's `moving_mean` found by `'moving_' in v.op.name` in every trace, and averaged."""
+
+    def model_fn(features, labels, mode, params):
+        net = tf.compat.v1.layers.dense(features["x"], 3, name="dense",
+                                        kernel_initializer=tf.compat.v1.constant_initializer(0.5))
+        net = tf.compat.v1.layers.batch_normalization(net, training=mode == "train", momentum=0.5, name="bn")
+        loss = tf.reduce_mean(tf.square(tf.reduce_sum(net, 1, keepdims=True) - labels))
+        step = tf.compat.v1.train.get_global_step()
+        train_op = None
+        if mode == "train":
+            with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+                update = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
+            averaged = tf.compat.v1.trainable_variables() + [
+                v for v in tf.compat.v1.global_variables() if "moving_" in v.op.name
+            ]
+            with tf.control_dependencies([update]):
+                train_op = tf.compat.v1.train.ExponentialMovingAverage(0.5).apply(averaged)
+        return api.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    estimator = _estimator(api, model_fn, model_dir, use_tpu)
+    estimator.train(paired_input_fn, max_steps=4)
+    names = sorted(name for name, _ in tf.train.list_variables(estimator.latest_checkpoint()))
+    values = {name: _rounded(estimator.get_variable_value(name)) for name in names if name.startswith("bn/moving")}
+    return {"checkpoint_names": names, "values": values}

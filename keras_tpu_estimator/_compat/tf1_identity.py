@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.distribute import values as _distribute_values
 from tensorflow.python.framework import tensor as _tensor
 from tensorflow.python.ops import resource_variable_ops as _resource_variable_ops
 from tensorflow.python.ops import variables as _variables
@@ -31,6 +32,8 @@ from keras_tpu_estimator._compat import patched_attributes
 _RESOURCE_VARIABLE = _resource_variable_ops.BaseResourceVariable
 _OWN_OP = _RESOURCE_VARIABLE.op
 _OWN_VAR_KEY = _tf1_optimizer._var_key
+_DISTRIBUTED = _distribute_values.DistributedVariable
+_OWN_DISTRIBUTED_OP = _DISTRIBUTED.op
 _plain = threading.local()  # set while TF's own code must see TF2's `.op` (no stand-in)
 
 
@@ -83,6 +86,18 @@ def _op(variable: Any) -> Any:
     return _OWN_OP.fget(variable)
 
 
+def _distributed_op(variable: Any) -> Any:
+    """A distributed variable's `.op`: its primary's, named as the one TF1 variable.
+
+    TF2 gave a replica's component op, or outside a replica a read of a
+    sync-on-read variable (an `Identity`: batch norm's `moving_mean` was named
+    'Identity_2', so `'moving_' in v.op.name` missed it in the build).
+    """
+    if getattr(_plain, "on", False):
+        return _OWN_DISTRIBUTED_OP.fget(variable)
+    return variable._primary.op
+
+
 def _var_key(variable: Any) -> Any:
     """TF1 optimizers' slot key, as TF2 computes it (`_unique_id`) whether or not the stand-in is active.
 
@@ -105,6 +120,7 @@ def _patches() -> list:
         (_tensor.Tensor, "__hash__", _identity_hash),
         (_variables.Variable, "__hash__", _identity_hash),
         (_RESOURCE_VARIABLE, "op", property(_op)),
+        (_DISTRIBUTED, "op", property(_distributed_op)),
         (_tf1_optimizer, "_var_key", _var_key),
     ]
 
