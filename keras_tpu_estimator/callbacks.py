@@ -84,10 +84,8 @@ class StopAtStep(keras.callbacks.Callback):
                 "Only one of `steps` or `max_steps` can be specified. "
                 f"Received: steps={steps}, max_steps={max_steps}."
             )
-        check_positive_int("steps", steps)
-        check_positive_int("max_steps", max_steps)
-        self.steps = steps
-        self.max_steps = max_steps
+        self.steps = check_positive_int("steps", steps)
+        self.max_steps = check_positive_int("max_steps", max_steps)
         self.final_step: int | None = None
 
     @property

@@ -24,7 +24,6 @@ class MyFacade(EstimatorCalls):
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -39,7 +38,7 @@ from keras_tpu_estimator.checkpoints import (
     checkpoint_step,
     resolve_checkpoint_path,
 )
-from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.config import RunConfig, index_count, whole_count
 from keras_tpu_estimator.invoke import invoke_model_fn
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.model_dir import check_model_dir, checkpoints_newest_first
@@ -96,7 +95,7 @@ def whole_steps(steps: float | None) -> int | None:
     >>> whole_steps(12.3)
     13
     """
-    return None if steps is None else math.ceil(steps)
+    return None if steps is None else whole_count(steps)
 
 
 def newest_step(checkpoints: list[str]) -> int:
@@ -247,9 +246,9 @@ class EstimatorCalls:
             listeners = own + listeners
         return CheckpointSaver(
             directory,
-            save_steps=steps or None,
+            save_steps=whole_count(steps) or None,
             save_secs=secs or None,
-            max_to_keep=config.keep_checkpoint_max,
+            max_to_keep=index_count(config.keep_checkpoint_max),
             keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
             listeners=listeners,
             save_graph_def=config.checkpoint_save_graph_def,
@@ -314,9 +313,9 @@ class EstimatorCalls:
             callbacks.append(StopAtStep(steps=steps, max_steps=max_steps))
         callbacks.append(self._checkpoint_saver(hooks, listeners))
         if config.save_summary_steps:
-            callbacks.append(StepSummaries(self.model_dir, config.save_summary_steps))
+            callbacks.append(StepSummaries(self.model_dir, whole_count(config.save_summary_steps)))
         if self._log_every_n_steps:
-            callbacks.append(StepLogger(self._log_every_n_steps))
+            callbacks.append(StepLogger(whole_count(self._log_every_n_steps)))
         with sharing_worker_errors(self.model_dir, model.distribute_strategy):
             try:
                 model.fit(self._library_input_fn(input_fn), callbacks=callbacks + hooks, verbose=0)

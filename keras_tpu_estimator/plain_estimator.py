@@ -43,7 +43,7 @@ from keras_tpu_estimator.checkpoints import (
     as_warm_start_settings,
     resolve_checkpoint_path,
 )
-from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.config import RunConfig, whole_count
 from keras_tpu_estimator.estimator_calls import (
     EstimatorCalls,
     mode_strategy,
@@ -125,7 +125,9 @@ def _load_global_step_from_checkpoint_dir(checkpoint_dir: str) -> Any:
 def _steps_per_execution(config: RunConfig) -> int:
     """Steps per execution that land on every step-based save, summary and log, as a step-by-step loop did."""
     intervals = [
-        n for n in (config.save_checkpoints_steps, config.save_summary_steps, config.log_step_count_steps) if n
+        whole_count(n)
+        for n in (config.save_checkpoints_steps, config.save_summary_steps, config.log_step_count_steps)
+        if n
     ]
     return min(math.gcd(*intervals), 1000) if intervals else 100
 

@@ -21,6 +21,7 @@ from keras_tpu_estimator.config import (
     RunConfig,
     check_positive_integer,
     check_supported,
+    plain_count,
 )
 from keras_tpu_estimator.estimator_args import ExportSavedModelApiVersion, check_estimator_arguments
 from keras_tpu_estimator.estimator_calls import mode_strategy
@@ -117,9 +118,9 @@ class TPUEstimator(Estimator):
         self._use_tpu = bool(use_tpu)
         self._eval_on_tpu = bool(eval_on_tpu)
         self._batch_sizes = {
-            "train_batch_size": train_batch_size,
-            "eval_batch_size": eval_batch_size,
-            "predict_batch_size": predict_batch_size,
+            "train_batch_size": plain_count(train_batch_size),
+            "eval_batch_size": plain_count(eval_batch_size),
+            "predict_batch_size": plain_count(predict_batch_size),
         }
         self._warm_start = as_warm_start_settings(warm_start_from)
         self.export_to_tpu = export_to_tpu
@@ -173,15 +174,14 @@ class TPUEstimator(Estimator):
                 "For TPU training, one of `steps` or `max_steps` must be set. Cannot be both `None`."
             )
         if steps is not None:
-            check_positive_integer(steps, "Train steps")
+            steps = check_positive_integer(steps, "Train steps")
         if max_steps is not None:
-            check_positive_integer(max_steps, "Train max_steps")
+            max_steps = check_positive_integer(max_steps, "Train max_steps")
         return steps, max_steps
 
     def _eval_steps(self, steps: float | None) -> int | None:
         if steps is not None and self._use_tpu and self._eval_on_tpu:
-            check_positive_integer(steps, "Eval steps")
-            return steps
+            return check_positive_integer(steps, "Eval steps")
         return super()._eval_steps(steps)
 
     def _check_evaluate(self) -> None:
