@@ -78,11 +78,12 @@ class StepMetrics:
         `eval_metric_ops`: a `metric_fn` of Keras metrics is refused there.
         """
         metric_ops = _check_pairs(getattr(spec, "eval_metric_ops", None) or {}, "eval_metric_ops")
-        if metric_ops and use_tpu:
-            raise ValueError(
-                "EstimatorSpec.eval_metric_ops cannot run on the TPU path (use_tpu=True), as "
-                "in TPUEstimator. Return TPUEstimatorSpec(eval_metrics=(metric_fn, tensors)), "
-                "or evaluate with use_tpu=False (eval_on_tpu=False)."
+        if metric_ops and use_tpu:  # only a plain EstimatorSpec has eval_metric_ops
+            raise RuntimeError(
+                "estimator_spec used by TPU evaluation must have type`TPUEstimatorSpec`. "
+                f"Got {type(spec)}: EstimatorSpec.eval_metric_ops cannot run on the TPU path "
+                "(use_tpu=True), as in TPUEstimator. Return TPUEstimatorSpec(eval_metrics=(metric_fn, "
+                "tensors)), or evaluate with use_tpu=False (eval_on_tpu=False)."
             )
         eval_metrics = getattr(spec, "eval_metrics", None)
         in_step = False

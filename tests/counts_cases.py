@@ -70,20 +70,32 @@ def _model_fn(api: Any, use_tpu: bool) -> Callable[..., Any]:
     return model_fn
 
 
-def _estimator(api: Any, use_tpu: bool, tpu_fields: dict | None = None, run_fields: dict | None = None,
-               **kwargs: Any) -> Any:
+def _on_strategy(api: Any, use_tpu: bool) -> bool:
+    return use_tpu and getattr(api, "strategy", None) is not None  # this library only: a strategy's replicas
+
+
+def _config(api: Any, use_tpu: bool, tpu_fields: dict | None = None, run_fields: dict | None = None) -> Any:
     run_fields = dict(run_fields or {})
-    one_core = use_tpu
-    if use_tpu and getattr(api, "strategy", None) is not None:  # this library only: a strategy's replicas
+    if _on_strategy(api, use_tpu):
         run_fields.update(train_distribute=api.strategy, eval_distribute=api.strategy)
-        kwargs = {"train_batch_size": 4, "eval_batch_size": 4, "predict_batch_size": 4, **kwargs}
-        one_core = False
-    config = api.estimator.tpu.RunConfig(
+    return api.estimator.tpu.RunConfig(
         model_dir=api.model_dir,
-        tpu_config=base.tpu_config(api, one_core, **(tpu_fields or {})),
+        tpu_config=base.tpu_config(api, use_tpu and not _on_strategy(api, use_tpu), **(tpu_fields or {})),
         **run_fields,
     )
-    return base.estimator_for(api, _model_fn(api, use_tpu), use_tpu=use_tpu, config=config, **kwargs)
+
+
+def _estimator(api: Any, use_tpu: bool, tpu_fields: dict | None = None, run_fields: dict | None = None,
+               **kwargs: Any) -> Any:
+    return _estimator_of(api, _model_fn(api, use_tpu), use_tpu, tpu_fields, run_fields, **kwargs)
+
+
+def _estimator_of(api: Any, model_fn: Callable[..., Any], use_tpu: bool, tpu_fields: dict | None = None,
+                  run_fields: dict | None = None, **kwargs: Any) -> Any:
+    if _on_strategy(api, use_tpu):
+        kwargs = {"train_batch_size": 4, "eval_batch_size": 4, "predict_batch_size": 4, **kwargs}
+    config = _config(api, use_tpu, tpu_fields, run_fields)
+    return base.estimator_for(api, model_fn, use_tpu=use_tpu, config=config, **kwargs)
 
 
 def input_fn(params):
@@ -166,6 +178,23 @@ def _batch_case(use_tpu: bool, field: str, value: Any) -> Case:
         return len(list(estimator.predict(base.predict_input_fn)))
 
     return case
+
+
+@_case("evaluate.tpu.EstimatorSpec(eval_metric_ops=...)")
+def _(api):
+    """Not a count: the TPU path's check of a plain EstimatorSpec's eval_metric_ops (the original's RuntimeError)."""
+
+    def model_fn(features, labels, mode, params):
+        spec = base.model_fn_for(api)(features, labels, mode, params)
+        if mode != api.estimator.ModeKeys.EVAL:
+            return spec
+        mean = tf.compat.v1.metrics.mean(spec.loss)
+        return api.estimator.EstimatorSpec(mode, loss=spec.loss, eval_metric_ops={"mean": mean})
+
+    estimator = _estimator_of(api, model_fn, True)
+    if not api.on_original:
+        estimator.train(input_fn, steps=1)
+    return estimator.evaluate(input_fn, steps=1)
 
 
 for _use_tpu in (False, True):

@@ -11,6 +11,10 @@ RESULTS: case name -> ["ok", result] or [exception type, normalised str(exceptio
 VERSIONS = {"tensorflow": "2.15.1", "tensorflow_estimator": "2.15.0"}
 
 RESULTS = {
+    "evaluate.tpu.EstimatorSpec(eval_metric_ops=...)": [
+        "RuntimeError",
+        "estimator_spec used by TPU evaluation must have type`TPUEstimatorSpec`. Got <class '...EstimatorSpec'>",
+    ],
     "train.cpu.steps=np.int64(3)": ["ok", 3],
     "train.cpu.max_steps=np.int64(3)": ["ok", 3],
     "evaluate.cpu.steps=np.int64(3)": ["ok", 3],

@@ -1,5 +1,7 @@
 """Count arguments take any integral number on every path, with the original's errors for the rest.
 
+(Also the TPU path's RuntimeError for a plain EstimatorSpec's `eval_metric_ops`.)
+
 Each case of `tests/counts_cases.py` runs here and is compared with
 `tests/recorded_counts_numbers.py` (the original, TF 2.15): a result must be
 equal, an error of the same type with a message starting with the original's.
@@ -71,6 +73,7 @@ def test_count_argument_as_the_original(name, tmp_path):
 
 
 NUMPY_CASES = [n for n in cases.CASES if ".tpu." in n and "np.int" in n]
+STRATEGY_CASES = [*NUMPY_CASES, "evaluate.tpu.EstimatorSpec(eval_metric_ops=...)"]
 
 
 def test_deliberate_differences_are_errors_of_the_original():
@@ -78,9 +81,10 @@ def test_deliberate_differences_are_errors_of_the_original():
     assert all(recorded.RESULTS[name][0] != "ok" for name in DELIBERATE)
 
 
-@pytest.mark.parametrize("name", NUMPY_CASES)
-def test_numpy_counts_on_a_strategy(name, tmp_path, strategy):
-    """NumPy counts under the default strategy and MirroredStrategy (tensorflow/tpu's resnet_main resumes so)."""
+@pytest.mark.parametrize("name", STRATEGY_CASES)
+def test_on_a_strategy(name, tmp_path, strategy):
+    """NumPy counts (tensorflow/tpu's resnet_main resumes so), and the original's RuntimeError for a plain
+    EstimatorSpec's eval_metric_ops, under the default strategy and MirroredStrategy."""
     check(name, api_for(tmp_path, strategy))
 
 

@@ -196,7 +196,7 @@ def test_eval_metric_ops_run_on_the_cpu_path(tmp_path):
     assert_close(est.evaluate(program.eval_input_fn, steps=program.eval_steps),
                  original.EVAL_METRIC_OPS_CPU["evaluate"])
     tpu = trained(program, tmp_path / "tpu", tf.distribute.get_strategy())
-    with pytest.raises(ValueError, match="eval_metric_ops cannot run on the TPU path"):
+    with pytest.raises(RuntimeError, match="eval_metric_ops cannot run on the TPU path"):
         tpu.evaluate(program.eval_input_fn, steps=program.eval_steps)
 
 
