@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.batch_methods import SingleBatchMethods
-from keras_tpu_estimator.config import RunConfig, check_supported
+from keras_tpu_estimator.config import RunConfig, check_supported, plain_count
 from keras_tpu_estimator.driver import ExecutionDriver, checked_variables
 from keras_tpu_estimator.graph_mode import GRAPH_MODE_KERAS_FACE
 from keras_tpu_estimator.keras_methods import KerasMethods
@@ -137,9 +137,9 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         if config.tf_random_seed is not None:
             keras.utils.set_random_seed(config.tf_random_seed)
         batch_sizes = {
-            ModeKeys.TRAIN: train_batch_size,
-            ModeKeys.EVAL: eval_batch_size,
-            ModeKeys.PREDICT: predict_batch_size,
+            ModeKeys.TRAIN: plain_count(train_batch_size),  # NumPy ints as Python ints, for TF's int32 ops
+            ModeKeys.EVAL: plain_count(eval_batch_size),
+            ModeKeys.PREDICT: plain_count(predict_batch_size),
         }
         self._runner = ModelFnRunner(self, model_fn, params, config, strategy, use_tpu, batch_sizes)
         self._driver = ExecutionDriver(self, self._runner.host)

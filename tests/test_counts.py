@@ -95,3 +95,60 @@ def test_resnet_main_resume_with_numpy_max_steps(tmp_path, strategy):
     estimator.train(cases.input_fn, max_steps=np.int64(2))
     estimator.train(cases.input_fn, max_steps=np.int64(3))
     assert int(estimator.get_variable_value("global_step")) == 3
+
+
+def _trained_step(model_dir) -> int:
+    import tensorflow as tf
+
+    return int(tf.train.load_checkpoint(str(model_dir)).get_tensor("global_step"))
+
+
+def test_the_keras_face_takes_numpy_counts(tmp_path, strategy):
+    """`EstimatorModel`: NumPy batch sizes, steps_per_execution, `StopAtStep` and `evaluate(steps=)`."""
+    api = api_for(tmp_path)
+    config = cases._config(api, False)
+    with strategy.scope():
+        model = kte.EstimatorModel(
+            base.model_fn_for(api), config=config, strategy=strategy, train_batch_size=np.int64(4),
+            eval_batch_size=np.int32(4), predict_batch_size=np.int64(4), steps_per_execution=np.int64(2),
+        )
+    stop = kte.StopAtStep(max_steps=np.int64(3))
+    assert type(stop.max_steps) is int
+    model.fit(cases.input_fn, callbacks=[stop, kte.StopAtStep(steps=np.int32(5))])
+    assert int(model.global_step) == 3
+    model.evaluate(cases.input_fn, steps=np.int64(2))
+    assert len(model.predict(base.predict_input_fn)["y"]) == 4
+
+
+def test_the_plain_estimator_takes_numpy_counts(tmp_path):
+    """`tf.compat.v1.estimator.Estimator`'s train(steps/max_steps) and evaluate(steps) with NumPy ints."""
+
+    def model_fn(features, labels, mode):
+        api = api_for(tmp_path)
+        spec = base.model_fn_for(api)(features, labels, mode, {})
+        return kte.estimator.EstimatorSpec(mode, loss=spec.loss, train_op=spec.train_op,
+                                           predictions=spec.predictions)
+
+    config = kte.estimator.RunConfig(model_dir=str(tmp_path), save_checkpoints_steps=np.int64(2),
+                                     save_summary_steps=np.int32(1), log_step_count_steps=np.int64(1))
+    estimator = kte.estimator.Estimator(model_fn, config=config)
+
+    def input_fn():
+        return cases.input_fn({"batch_size": 2})
+
+    estimator.train(input_fn, max_steps=np.int64(3))
+    estimator.train(input_fn, steps=np.int32(2))
+    assert _trained_step(tmp_path) == 5
+    hook = cases._CountRuns()
+    estimator.evaluate(input_fn, steps=np.int64(2), hooks=[hook])
+    assert hook.runs == 2
+
+
+def test_train_and_evaluate_specs_take_numpy_counts(tmp_path, strategy):
+    """`TrainSpec(max_steps=np.int64)` / `EvalSpec(steps=np.int64)` on the strategy path (use_tpu=True)."""
+    api = api_for(tmp_path, strategy)
+    estimator = cases._estimator(api, True, run_fields={"save_checkpoints_steps": np.int64(3)})
+    train_spec = kte.estimator.TrainSpec(cases.input_fn, max_steps=np.int64(3))
+    eval_spec = kte.estimator.EvalSpec(cases.input_fn, steps=np.int64(2), throttle_secs=0)
+    kte.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    assert _trained_step(tmp_path) == 3
