@@ -238,6 +238,8 @@ class TPUConfig(collections.namedtuple("TPUConfig", _TPU_CONFIG_FIELDS)):
             per_host_input_for_training = InputPipelineConfig.PER_HOST_V1
         if initial_infeed_sleep_secs:
             check_positive_integer(initial_infeed_sleep_secs, "TPUConfig initial_infeed_sleep_secs")
+        if isinstance(experimental_host_call_every_n_steps, np.integer):  # a Python int for the step's ops
+            experimental_host_call_every_n_steps = int(experimental_host_call_every_n_steps)
         tpu_job_name = tpu_job_name or read_tf_config().get("service", {}).get("tpu_worker_job_name")
         return super().__new__(
             cls,

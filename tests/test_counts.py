@@ -152,3 +152,14 @@ def test_train_and_evaluate_specs_take_numpy_counts(tmp_path, strategy):
     eval_spec = kte.estimator.EvalSpec(cases.input_fn, steps=np.int64(2), throttle_secs=0)
     kte.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     assert _trained_step(tmp_path) == 3
+
+
+def test_counts_reach_keras_and_tf_as_python_ints():
+    """What the library hands on is a plain int, whatever integral type came in."""
+    assert type(kte.StopAtStep(steps=np.int64(12)).steps) is int
+    config = kte.TPUConfig(iterations_per_loop=np.int32(4), experimental_host_call_every_n_steps=np.int64(2))
+    assert type(config.experimental_host_call_every_n_steps) is int
+    assert config.parsed_iterations_per_loop == (4, "count")
+    assert type(config.parsed_iterations_per_loop.value) is int
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        kte.StopAtStep(steps=True)  # a bool is no count for the Keras callback (train(steps=True) is 1 step)
