@@ -16,22 +16,6 @@ import keras_tpu_estimator as kte
 from keras_tpu_estimator import estimator as kte_estimator
 
 
-def _device(name: str) -> tuple:
-    spec = tf.DeviceSpec.from_string(name)
-    return (spec.job or "localhost", spec.replica or 0, spec.task or 0, spec.device_type, spec.device_index)
-
-
-def _as_devices(value):
-    """`value` with every device name as `(job, replica, task, type, index)` (a missing job is the local one)."""
-    if isinstance(value, dict):
-        return {key: _as_devices(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_as_devices(item) for item in value]
-    if isinstance(value, str) and value.startswith("/"):
-        return _device(value)
-    return value
-
-
 def _layout(strategy) -> str:
     return {1: "1_core", 4: "4_cores"}[strategy.num_replicas_in_sync]
 
@@ -59,8 +43,8 @@ def test_input_fn_and_model_fn_see_the_originals_context(strategy, tmp_path, pip
     ours = programs.run(kte_estimator, str(tmp_path), pipeline, mode, strategy=strategy)
     original = layout[mode]
     assert ours["context_in_params"] == original["context_in_params"]
-    assert _as_devices(ours["model_fn"][:1]) == _as_devices(original["model_fn"])
-    assert _as_devices(_calls(ours["input_fn"])) == _as_devices(original["input_fn"])
+    assert programs.as_devices(ours["model_fn"][:1]) == programs.as_devices(original["model_fn"])
+    assert programs.as_devices(_calls(ours["input_fn"])) == programs.as_devices(original["input_fn"])
 
 
 def test_the_cpu_path_has_no_context_as_in_the_original(tmp_path):
@@ -78,7 +62,7 @@ def test_one_input_pipeline_per_replica_sees_the_originals_per_shard_deployment(
         ))
         for index in range(4)
     ]
-    assert _as_devices(ours) == _as_devices(original)
+    assert programs.as_devices(ours) == programs.as_devices(original)
 
 
 def test_device_names_are_the_strategys_devices_and_place_ops(strategy):

@@ -53,6 +53,22 @@ def snapshot(context: Any) -> dict:
     }
 
 
+def as_devices(value: Any) -> Any:
+    """`value` with each device name as `(job, replica, task, type, index)`; a missing job is the local one.
+
+    The original's local names leave the job out (`/replica:0/task:0/device:CPU:0`);
+    this library's are the strategy's full names: compared as devices they are equal.
+    """
+    if isinstance(value, dict):
+        return {key: as_devices(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_devices(item) for item in value]
+    if isinstance(value, str) and value.startswith("/"):
+        spec = tf.DeviceSpec.from_string(value)
+        return (spec.job or "localhost", spec.replica or 0, spec.task or 0, spec.device_type, spec.device_index)
+    return value
+
+
 def run(estimator: Any, model_dir: str, pipeline: str, mode: str, use_tpu: bool = True,
         strategy: Any = None, master: str | None = None) -> dict:
     """`{'input_fn': [snapshot per call], 'model_fn': [snapshot], 'context_in_params': {...}}` of one call.
