@@ -89,3 +89,38 @@ def test_a_replica_or_host_out_of_range_names_the_range(strategy):
         context.device_for_replica(replicas)
     with pytest.raises(ValueError, match=r"`host_id` must be an integer in \[0, 1\)"):
         context.tpu_host_placement_function(1)
+
+
+class TPUStrategyOnTwoHosts:
+    """Stands in for a `TPUStrategy` of 8 cores on 2 hosts: its replica devices and host count."""
+
+    num_replicas_in_sync = 8
+
+    class extended:  # noqa: N801 - the strategy attribute's name
+        num_hosts = 2
+        worker_devices = tuple(f"/job:worker/replica:0/task:{r // 4}/device:TPU:{r % 4}" for r in range(8))
+
+
+def test_two_hosts_see_the_originals_layout_of_a_cloud_tpu_with_8_cores():
+    """Per host: (host h's CPU, h, 2, 4); per core: (its host's CPU, core, 8, 1); replicas 4-7 on task 1."""
+
+    def named(value):  # the original's Cloud TPU job is `tpu_worker`; the strategy's here `worker`
+        if isinstance(value, str):
+            return value.replace("/job:tpu_worker/", "/job:worker/")
+        if isinstance(value, dict):
+            return {key: named(item) for key, item in value.items()}
+        return [named(item) for item in value] if isinstance(value, list) else value
+
+    strategy = TPUStrategyOnTwoHosts()
+    recorded_runs = recorded.TPU["8_cores_2_hosts"]
+    for pipeline, count in (("PER_HOST_V1", 2), ("PER_HOST_V2", 2), ("PER_SHARD_V1", 8)):
+        ours = [
+            programs.snapshot(kte.TPUContext(
+                strategy, kte.ModeKeys.TRAIN, 16, tf.distribute.InputContext(count, index, 8), call_from_input_fn=True
+            ))
+            for index in range(count)
+        ]
+        assert programs.as_devices(named(ours)) == programs.as_devices(named(recorded_runs[pipeline]["train"]["input_fn"])), pipeline
+    in_model_fn = programs.snapshot(kte.TPUContext(strategy, kte.ModeKeys.TRAIN, 16))
+    original = recorded_runs["PER_HOST_V1"]["train"]["model_fn"][0]
+    assert programs.as_devices(named(in_model_fn)) == programs.as_devices(named(original))
