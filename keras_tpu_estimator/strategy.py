@@ -259,13 +259,23 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int, name: str)
 
 
 class TPUContext:
-    """What `params['context']` holds: the replica layout seen by `model_fn` and `input_fn`.
+    """What `params['context']` holds on the strategy path: the replica layout seen by `model_fn` and `input_fn`.
+
+    The original's public members, with its values mapped onto the strategy's
+    replicas: a host is a worker (a TPU host under `TPUStrategy`), a core a
+    replica, and device names are the strategy's own devices (under
+    `MirroredStrategy` over logical CPUs each replica's host is the
+    worker's `CPU:0`). There is no model parallelism: `device_assignment` is
+    `None`.
 
     Args:
         strategy: The model's `tf.distribute.Strategy`.
         mode: The `ModeKeys` value of the current call.
         global_batch_size: The global batch of this mode, or `None`.
-        input_context: The `tf.distribute.InputContext` of an `input_fn` call.
+        input_context: The `tf.distribute.InputContext` of an `input_fn` call:
+            which input pipeline this call builds, of how many. `None`: one
+            pipeline feeds every replica.
+        call_from_input_fn: True in `input_fn`'s params, False in `model_fn`'s.
 
     Example:
 
@@ -273,7 +283,8 @@ class TPUContext:
     def input_fn(params):
         ctx = params["context"]
         host, index, count, replicas = ctx.current_input_fn_deployment()
-        return files.shard(count, index)...
+        with tf.device(ctx.tpu_host_placement_function(ctx.current_host)):
+            return files.shard(count, index)...
     ```
     """
 
@@ -299,26 +310,24 @@ class TPUContext:
 
     @property
     def num_replicas(self) -> int:
-        """Replicas in sync across all hosts."""
+        """Replicas in sync across all hosts (TPU cores, without model parallelism)."""
         return self._strategy.num_replicas_in_sync
 
     @property
     def num_hosts(self) -> int:
-        """Input pipelines (hosts or workers)."""
-        if self.input_context is not None:
-            return self.input_context.num_input_pipelines
-        return getattr(self._strategy.extended, "num_hosts", 1)
+        """Hosts: a `TPUStrategy`'s TPU hosts, else the workers (1 off a cluster)."""
+        return _num_hosts(self._strategy)
 
     @property
     def current_host(self) -> int:
-        """Index of this input pipeline (`input_fn` only)."""
+        """Index of the host this `input_fn` call runs on (`input_fn` only)."""
         self._only_in("input_fn")
-        return self.input_context.input_pipeline_id if self.input_context else 0
+        return self._first_replica_fed() // self.num_of_replicas_per_host
 
     @property
     def num_of_replicas_per_host(self) -> int:
-        """Replicas fed by one host."""
-        return self.num_replicas // max(1, self.num_hosts)
+        """Replicas on one host."""
+        return max(1, self.num_replicas // self.num_hosts)
 
     num_of_cores_per_host = num_of_replicas_per_host
 
@@ -336,8 +345,85 @@ class TPUContext:
     def current_input_fn_deployment(self) -> tuple[str, int, int, int]:
         """`(host_device, invocation_index, total_invocations, replicas_fed)` of this `input_fn` call.
 
-        Every input pipeline here is per host (`PER_HOST_V2`-like), so the
-        invocations are the hosts and each feeds its host's replicas.
+        As the original's: per host (`PER_HOST_V1`/`V2`), `(host CPU, host index,
+        hosts, replicas per host)`; per replica, `(host CPU, replica index,
+        replicas, 1)`. Here the invocations are the input pipelines the
+        strategy asks for (`input_context`). `input_fn` only.
         """
         self._only_in("input_fn")
-        return ("/device:CPU:0", self.current_host, self.num_hosts, self.num_of_replicas_per_host)
+        index, count = 0, 1
+        if self.input_context is not None:
+            index, count = self.input_context.input_pipeline_id, self.input_context.num_input_pipelines
+        return (self.tpu_host_placement_function(self.current_host), index, count, self._replicas_fed())
+
+    def device_for_replica(self, replica_id: int) -> tuple[str, int]:
+        """`(host CPU device, device ordinal on that host)` of replica `replica_id`.
+
+        Example:
+
+        >>> ctx.device_for_replica(3)  # MirroredStrategy over 4 logical CPUs
+        ('/job:localhost/replica:0/task:0/device:CPU:0', 3)
+        """
+        device = _replica_device(self._strategy, _index(replica_id, self.num_replicas, "replica_id"))
+        ordinal = device.device_index
+        if ordinal is None:
+            ordinal = replica_id % self.num_of_replicas_per_host
+        return _host_device(device), ordinal
+
+    @property
+    def tpu_host_placement_function(self) -> Any:
+        """A function of `host_id` that returns that host's CPU device.
+
+        Example:
+
+        >>> ctx.tpu_host_placement_function(host_id=0)
+        '/job:localhost/replica:0/task:0/device:CPU:0'
+        """
+
+        def placement(host_id: int) -> str:
+            host_id = _index(host_id, self.num_hosts, "host_id")
+            replica = host_id * self.num_of_replicas_per_host
+            return _host_device(_replica_device(self._strategy, replica))
+
+        return placement
+
+    def _replicas_fed(self) -> int:
+        pipelines = self.input_context.num_input_pipelines if self.input_context is not None else 1
+        return max(1, self.num_replicas // pipelines)
+
+    def _first_replica_fed(self) -> int:
+        pipeline = self.input_context.input_pipeline_id if self.input_context is not None else 0
+        return pipeline * self._replicas_fed()
+
+
+def _num_hosts(strategy: tf.distribute.Strategy) -> int:
+    if _compat.is_tpu_strategy(strategy):
+        return getattr(strategy.extended, "num_hosts", 1)
+    return num_workers(strategy)
+
+
+def _index(value: Any, count: int, name: str) -> int:
+    """`value` as an index below `count`, or a ValueError naming `name` and the valid range."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 0 <= value < count:
+        raise ValueError(f"`{name}` must be an integer in [0, {count}); this strategy has {count}. Received: {value!r}")
+    return int(value)
+
+
+def _replica_device(strategy: tf.distribute.Strategy, replica: int) -> tf.DeviceSpec:
+    """The full device of global replica `replica` (its first core under a `TPUStrategy`)."""
+    try:
+        devices = list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: one replica, on this process's first device
+        kind = "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+        devices = [f"/job:localhost/replica:0/task:0/device:{kind}:0"]
+    if len(devices) == strategy.num_replicas_in_sync:
+        return tf.DeviceSpec.from_string(devices[replica])
+    # Multi-worker: worker_devices are this worker's; the others' replicas sit alike on their tasks.
+    per_worker = len(devices)
+    local = tf.DeviceSpec.from_string(devices[replica % per_worker])
+    return local.replace(task=replica // per_worker)
+
+
+def _host_device(device: tf.DeviceSpec) -> str:
+    """The CPU device of `device`'s host."""
+    return device.replace(device_type="CPU", device_index=0).to_string()

@@ -184,6 +184,17 @@ def node_names(concrete_function):
     return [(node.name, node.op) for node in graph_nodes(concrete_function)]
 
 
+def context_report(strategy):
+    """`params['context']`'s public members on this TPUStrategy, in an input_fn (one pipeline) and a model_fn."""
+    from tests.tpu_context_programs import snapshot
+
+    pipeline = tf.distribute.InputContext(1, 0, strategy.num_replicas_in_sync)
+    return {
+        "input_fn": snapshot(kte.TPUContext(strategy, kte.ModeKeys.TRAIN, 64, pipeline, call_from_input_fn=True)),
+        "model_fn": snapshot(kte.TPUContext(strategy, kte.ModeKeys.TRAIN, 64)),
+    }
+
+
 def make_model(params=None, model_fn=model_fn):
     """On a fresh fake 8-core TPUStrategy, batches of 64 (8 per core)."""
     return models.make_model(model_fn, tf.distribute.TPUStrategy(FakeTPUResolver()), params, batch=64)
@@ -198,6 +209,7 @@ def main():
         report[mode] = {op: counts.get(op, 0) for op in TPU_OPS}
     report["variables"] = sorted({type(v.value).__name__ for v in model.variables})
     report["names"] = sorted(model.variables_by_name)
+    report["context"] = context_report(model.distribute_strategy)
     try:
         model.fit(input_fn, callbacks=[kte.StopAtStep(steps=4)], verbose=0)
         report["fit"] = "ran"

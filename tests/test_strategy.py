@@ -28,8 +28,8 @@ def test_context_describes_the_replicas(mirrored):
     context = kte.TPUContext(mirrored, kte.ModeKeys.TRAIN, 16, call_from_input_fn=True)
     assert context.num_replicas == 4 and context.num_hosts == 1
     assert context.num_of_replicas_per_host == 4 and context.current_host == 0
-    # The original (2.15) returned (device, invocation index, invocations, replicas fed).
-    assert context.current_input_fn_deployment() == ("/device:CPU:0", 0, 1, 4)
+    # (host device, invocation index, invocations, replicas fed); tests/test_tpu_context.py pins them.
+    assert context.current_input_fn_deployment() == ("/job:localhost/replica:0/task:0/device:CPU:0", 0, 1, 4)
     assert context.is_running_on_tpu is False
 
 

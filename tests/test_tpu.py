@@ -84,3 +84,14 @@ def test_tf1_summaries_in_model_fn_are_dropped_on_a_tpu_with_a_warning(report):
     assert summaries["summary_ops"] == 0
     assert len(summaries["warnings"]) == 1 and "on a TPU" in summaries["warnings"][0]
     assert "my_loss" in summaries["warnings"][0] and "host_call" in summaries["warnings"][0]
+
+
+def test_the_context_on_a_tpu_strategy_is_the_originals_on_8_cores(report):
+    """The original's values on an 8-core TPU (recorded on TF 2.15); device names compared as devices."""
+    import recorded_tpu_context_numbers as recorded
+    import tpu_context_programs as programs
+
+    original = recorded.TPU["8_cores"]["PER_HOST_V1"]["train"]
+    assert programs.as_devices(report["context"]["input_fn"]) == programs.as_devices(original["input_fn"][0])
+    assert programs.as_devices(report["context"]["model_fn"]) == programs.as_devices(original["model_fn"][0])
+    assert report["context"]["model_fn"]["device_for_replica(r)"][7] == ["/job:localhost/replica:0/task:0/device:CPU:0", 7]
