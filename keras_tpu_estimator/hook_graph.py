@@ -92,7 +92,14 @@ class HookSession:
 
     # ------------------------------------------------------------ elements
     def element(self, fetch: Any) -> Any:
-        """The hook-graph element `fetch` names (a variable's handle stands for its value)."""
+        """The hook-graph element `fetch` names (a variable's handle stands for its value).
+
+        Raises:
+            TypeError: `fetch` is None (TensorFlow's own error, as a TF1 `session.run` raised it).
+        """
+        if fetch is None:
+            self._tf_session().run(None)  # raises TF1's TypeError, in this TensorFlow's words
+            raise TypeError("Argument `fetch` = None has invalid type \"NoneType\". Cannot be None")
         if isinstance(fetch, tf.Variable):
             return fetch
         try:
@@ -157,9 +164,10 @@ class HookSession:
         run_metadata: Any = None,
         snapshot: dict | None = None,
     ) -> Any:
-        """Like `tf.compat.v1.Session.run`, on the model's values (or a `snapshot` of them)."""
-        if fetches is None:
-            return None
+        """Like `tf.compat.v1.Session.run`, on the model's values (or a `snapshot` of them).
+
+        A None fetch, alone or inside `fetches`, raises TF1's `TypeError`.
+        """
         flat = tf.nest.flatten(fetches)
         elements = [self.element(f) for f in flat]
         variables, step_values, writes = self._needs(elements)

@@ -130,7 +130,7 @@ class SessionRunHookCallback(keras.callbacks.Callback):
         args = self._args
         results = None
         with self._session.graph.as_default():
-            if args is not None:
+            if args is not None and args.fetches is not None:  # SessionRunArgs(None): results None, as TF1
                 results = self._session.run(args.fetches, feed_dict=args.feed_dict, snapshot=self._snapshot)
             values = tf.compat.v1.train.SessionRunValues(
                 results=results, options=getattr(args, "options", None), run_metadata=tf.compat.v1.RunMetadata()
