@@ -305,38 +305,46 @@ def _as_tf1_result(value: Any) -> Any:
     return value
 
 
-_SHARED: dict[tuple[int, str], tuple[weakref.ref, HookSession]] = {}
+_SHARED: dict[tuple[int, str], tuple[weakref.ref, HookSession, Any]] = {}
 
 
-def shared_hook_session(model: keras.Model, mode: str) -> HookSession:
+def shared_hook_session(model: keras.Model, mode: str, call: Any = None) -> HookSession:
     """The hook graph and session the hooks of `model`'s current `mode` call share, as TF1's hooks
     shared one graph and session; `release_hook_session` when a hook is done with it.
+
+    `call` names the call (the callbacks' Keras `params`, one object per call): a session left
+    by an earlier call that ended in an error (its hooks' `end` never ran) is closed and replaced,
+    as each TF1 `train()` built a new graph.
 
     Example:
 
     ```python
-    session = shared_hook_session(model, ModeKeys.EVAL)
+    session = shared_hook_session(model, ModeKeys.EVAL, callback.params)
     ...
-    release_hook_session(model, ModeKeys.EVAL)   # the last user closes it
+    release_hook_session(model, ModeKeys.EVAL, session)   # the last user closes it
     ```
     """
     key = (id(model), mode)
-    owner, session = _SHARED.get(key, (None, None))
-    if owner is None or owner() is not model:  # (a dead model's id may come again)
+    owner, session, owner_call = _SHARED.get(key, (None, None, None))
+    stale = owner is not None and owner() is model and call is not None and owner_call is not call
+    if stale:
+        session.close()
+    if owner is None or owner() is not model or stale:  # (a dead model's id may come again)
         session = hook_session(model, mode)
-        _SHARED[key] = (weakref.ref(model, lambda _: _SHARED.pop(key, None)), session)
+        _SHARED[key] = (weakref.ref(model, lambda _: _SHARED.pop(key, None)), session, call)
     session.users += 1
     return session
 
 
-def release_hook_session(model: keras.Model, mode: str) -> None:
-    """One hook is done with `model`'s shared `mode` session; the last one closes it."""
-    owner, session = _SHARED.get((id(model), mode), (None, None))
-    if owner is None or owner() is not model:
+def release_hook_session(model: keras.Model, mode: str, session: HookSession | None = None) -> None:
+    """One hook is done with `model`'s shared `mode` session (`session`, when given: not a newer
+    call's); the last one closes it."""
+    owner, shared, _ = _SHARED.get((id(model), mode), (None, None, None))
+    if owner is None or owner() is not model or (session is not None and shared is not session):
         return
-    session.users -= 1
-    if session.users <= 0:
-        session.close()
+    shared.users -= 1
+    if shared.users <= 0:
+        shared.close()
         del _SHARED[(id(model), mode)]
 
 

@@ -91,7 +91,7 @@ class SessionRunHookCallback(keras.callbacks.Callback):
     # ---------------------------------------------------------------- life
     def _begin(self, kind: str) -> None:
         mode = self._mode = _MODES[kind]
-        self._session = shared_hook_session(self.model, mode)  # one graph for the call's hooks, as TF1's
+        self._session = shared_hook_session(self.model, mode, self.params)  # the call's hooks' one graph
         if not self.model.runs_on_strategy_path:
             self.max_steps_per_execution = 1  # the original's CPU path: a hook run per step
         if kind == "train":
@@ -152,7 +152,7 @@ class SessionRunHookCallback(keras.callbacks.Callback):
 
     def _release(self) -> None:
         if self._session is not None:
-            release_hook_session(self.model, self._mode)
+            release_hook_session(self.model, self._mode, self._session)
             self._session = None
 
     # ---------------------------------------------------------------- Keras

@@ -107,3 +107,29 @@ def test_a_none_fetch_in_before_run_raises_tf1s_error_and_sessionrunargs_none_gi
     assert nothing.results is None
     with pytest.raises(TypeError, match="Cannot be None"):
         est.train(hook_graph_programs.hook_programs.input_fn, steps=2, hooks=[AsksNone()])
+
+
+# ------------------------------------------------------------------- a call that failed
+def test_a_call_that_failed_leaves_no_hook_graph_to_the_next_call_of_the_same_model():
+    import tensorflow as tf
+
+    from tests import models
+
+    class Fails(tf.compat.v1.train.SessionRunHook):
+        def begin(self):
+            self.runs = tf.compat.v1.get_variable("runs", [], tf.int64, tf.compat.v1.zeros_initializer(),
+                                                  trainable=False, use_resource=True)
+
+        def after_run(self, run_context, run_values):
+            raise RuntimeError("failed in after_run")
+
+    model = models.make_model(train_batch_size=16)
+    with pytest.raises(RuntimeError, match="failed in after_run"):
+        model.fit(models.input_fn, callbacks=[Fails(), kte.StopAtStep(steps=2)], verbose=0)
+    again, probe = Fails(), hook_graph_programs.GraphProbe()  # a TF1 train() built a new graph
+    with pytest.raises(RuntimeError, match="failed in after_run"):  # not "Variable runs already exists"
+        model.fit(models.input_fn, callbacks=[again, probe, kte.StopAtStep(steps=2)], verbose=0)
+    assert "runs" in probe.facts["begin"][0]["global_variables"]
+    assert probe.facts["begin"][0]["global_variables"].count("runs") == 1
+    model.fit(models.input_fn, callbacks=[probe, kte.StopAtStep(steps=2)], verbose=0)
+    assert "runs" not in probe.facts["begin"][-1]["global_variables"]
