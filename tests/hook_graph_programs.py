@@ -3,8 +3,8 @@
 Each case is `case(api) -> JSON-able value` (`api` as in `tests/hook_programs.py`, whose TF1 linear
 model they train). `GraphProbe` records, in `begin`, `after_create_session`, `before_run`,
 `after_run` and `end`, what a TF1 hook relies on: `get_global_step()`, the default graph (the one
-of `begin`), the graph's variable collections, `session.run(get_global_step())`, and the errors of
-`session.run` on a None fetch. `scripts/record_hook_graph_numbers.py` runs the cases on TF 2.15
+of `begin`), the graph's variable collections, whether a default session is set,
+`session.run(get_global_step())`, and the errors of `session.run` on a None fetch. `scripts/record_hook_graph_numbers.py` runs the cases on TF 2.15
 (`use_tpu=False`) and writes `tests/recorded_hook_graph_numbers.py`;
 `tests/test_hook_graph_methods.py` compares.
 """
@@ -55,6 +55,7 @@ class GraphProbe(tf.compat.v1.train.SessionRunHook):
             "trainable_variables": sorted(v.op.name for v in tf.compat.v1.trainable_variables()),
             "global_step_collection": [v.op.name for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_STEP)],
             "executing_eagerly": tf.executing_eagerly(),
+            "default_session": tf.compat.v1.get_default_session() is not None,
         }
         if session is not None:
             facts["session_graph_is_default"] = session.graph is graph
