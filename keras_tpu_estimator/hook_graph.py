@@ -16,7 +16,9 @@ session. Here `hook_session(model, mode)` makes a graph that holds:
 fetch reads, runs it, and writes back to the model any variable the fetch
 assigned (`tf.compat.v1.assign`, a `Saver`'s restore), so an assignment in
 a hook changes the model, as in TF1. Fetching `"w:0"` (a resource handle
-in TF1) gives the variable's value.
+in TF1) gives the variable's value; a None fetch raises TF1's `TypeError`.
+The hooks of one call share one hook graph (`shared_hook_session`); a call
+that ended in an error leaves its graph to no later call.
 
 Example:
 
