@@ -16,7 +16,9 @@ session. Here `hook_session(model, mode)` makes a graph that holds:
 fetch reads, runs it, and writes back to the model any variable the fetch
 assigned (`tf.compat.v1.assign`, a `Saver`'s restore), so an assignment in
 a hook changes the model, as in TF1. Fetching `"w:0"` (a resource handle
-in TF1) gives the variable's value.
+in TF1) gives the variable's value; a None fetch raises TF1's `TypeError`.
+The hooks of one call share one hook graph (`shared_hook_session`); a call
+that ended in an error leaves its graph to no later call.
 
 Example:
 
@@ -92,7 +94,14 @@ class HookSession:
 
     # ------------------------------------------------------------ elements
     def element(self, fetch: Any) -> Any:
-        """The hook-graph element `fetch` names (a variable's handle stands for its value)."""
+        """The hook-graph element `fetch` names (a variable's handle stands for its value).
+
+        Raises:
+            TypeError: `fetch` is None (TensorFlow's own error, as a TF1 `session.run` raised it).
+        """
+        if fetch is None:
+            self._tf_session().run(None)  # raises TF1's TypeError, in this TensorFlow's words
+            raise TypeError("Argument `fetch` = None has invalid type \"NoneType\". Cannot be None")
         if isinstance(fetch, tf.Variable):
             return fetch
         try:
@@ -157,9 +166,10 @@ class HookSession:
         run_metadata: Any = None,
         snapshot: dict | None = None,
     ) -> Any:
-        """Like `tf.compat.v1.Session.run`, on the model's values (or a `snapshot` of them)."""
-        if fetches is None:
-            return None
+        """Like `tf.compat.v1.Session.run`, on the model's values (or a `snapshot` of them).
+
+        A None fetch, alone or inside `fetches`, raises TF1's `TypeError`.
+        """
         flat = tf.nest.flatten(fetches)
         elements = [self.element(f) for f in flat]
         variables, step_values, writes = self._needs(elements)
@@ -297,38 +307,46 @@ def _as_tf1_result(value: Any) -> Any:
     return value
 
 
-_SHARED: dict[tuple[int, str], tuple[weakref.ref, HookSession]] = {}
+_SHARED: dict[tuple[int, str], tuple[weakref.ref, HookSession, Any]] = {}
 
 
-def shared_hook_session(model: keras.Model, mode: str) -> HookSession:
+def shared_hook_session(model: keras.Model, mode: str, call: Any = None) -> HookSession:
     """The hook graph and session the hooks of `model`'s current `mode` call share, as TF1's hooks
     shared one graph and session; `release_hook_session` when a hook is done with it.
+
+    `call` names the call (the callbacks' Keras `params`, one object per call): a session left
+    by an earlier call that ended in an error (its hooks' `end` never ran) is closed and replaced,
+    as each TF1 `train()` built a new graph.
 
     Example:
 
     ```python
-    session = shared_hook_session(model, ModeKeys.EVAL)
+    session = shared_hook_session(model, ModeKeys.EVAL, callback.params)
     ...
-    release_hook_session(model, ModeKeys.EVAL)   # the last user closes it
+    release_hook_session(model, ModeKeys.EVAL, session)   # the last user closes it
     ```
     """
     key = (id(model), mode)
-    owner, session = _SHARED.get(key, (None, None))
-    if owner is None or owner() is not model:  # (a dead model's id may come again)
+    owner, session, owner_call = _SHARED.get(key, (None, None, None))
+    stale = owner is not None and owner() is model and call is not None and owner_call is not call
+    if stale:
+        session.close()
+    if owner is None or owner() is not model or stale:  # (a dead model's id may come again)
         session = hook_session(model, mode)
-        _SHARED[key] = (weakref.ref(model, lambda _: _SHARED.pop(key, None)), session)
+        _SHARED[key] = (weakref.ref(model, lambda _: _SHARED.pop(key, None)), session, call)
     session.users += 1
     return session
 
 
-def release_hook_session(model: keras.Model, mode: str) -> None:
-    """One hook is done with `model`'s shared `mode` session; the last one closes it."""
-    owner, session = _SHARED.get((id(model), mode), (None, None))
-    if owner is None or owner() is not model:
+def release_hook_session(model: keras.Model, mode: str, session: HookSession | None = None) -> None:
+    """One hook is done with `model`'s shared `mode` session (`session`, when given: not a newer
+    call's); the last one closes it."""
+    owner, shared, _ = _SHARED.get((id(model), mode), (None, None, None))
+    if owner is None or owner() is not model or (session is not None and shared is not session):
         return
-    session.users -= 1
-    if session.users <= 0:
-        session.close()
+    shared.users -= 1
+    if shared.users <= 0:
+        shared.close()
         del _SHARED[(id(model), mode)]
 
 

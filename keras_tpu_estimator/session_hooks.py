@@ -91,7 +91,7 @@ class SessionRunHookCallback(keras.callbacks.Callback):
     # ---------------------------------------------------------------- life
     def _begin(self, kind: str) -> None:
         mode = self._mode = _MODES[kind]
-        self._session = shared_hook_session(self.model, mode)  # one graph for the call's hooks, as TF1's
+        self._session = shared_hook_session(self.model, mode, self.params)  # the call's hooks' one graph
         if not self.model.runs_on_strategy_path:
             self.max_steps_per_execution = 1  # the original's CPU path: a hook run per step
         if kind == "train":
@@ -130,7 +130,7 @@ class SessionRunHookCallback(keras.callbacks.Callback):
         args = self._args
         results = None
         with self._session.graph.as_default():
-            if args is not None:
+            if args is not None and args.fetches is not None:  # SessionRunArgs(None): results None, as TF1
                 results = self._session.run(args.fetches, feed_dict=args.feed_dict, snapshot=self._snapshot)
             values = tf.compat.v1.train.SessionRunValues(
                 results=results, options=getattr(args, "options", None), run_metadata=tf.compat.v1.RunMetadata()
@@ -152,7 +152,7 @@ class SessionRunHookCallback(keras.callbacks.Callback):
 
     def _release(self) -> None:
         if self._session is not None:
-            release_hook_session(self.model, self._mode)
+            release_hook_session(self.model, self._mode, self._session)
             self._session = None
 
     # ---------------------------------------------------------------- Keras
