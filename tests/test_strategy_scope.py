@@ -43,7 +43,6 @@ def test_a_strategy_in_scope_trains_evaluates_and_predicts_as_in_run_config(stra
     assert_close(in_scope, recorded.PLAIN)
 
 
-@pytest.mark.slow
 def test_a_resolved_strategy_gives_the_same_numbers(strategy, tmp_path, monkeypatch):
     monkeypatch.setitem(strategy_module._RESOLVED, "local", strategy)  # what use_cpu_replicas(4) sets
     resolved = cases.run(cases.make_estimator(tpu, str(tmp_path), use_tpu=True))
@@ -59,40 +58,56 @@ def test_a_scope_around_the_constructor_only_is_not_kept(mirrored, tmp_path):
     np.testing.assert_allclose(cases.LossRecorder.losses, recorded.PLAIN["losses"][:2], rtol=2e-5)
 
 
-@pytest.mark.parametrize("use_tpu", [True, False])
-def test_training_inside_the_scope_equals_training_with_train_distribute(mirrored, tmp_path, use_tpu):
+def test_training_inside_the_scope_equals_training_with_train_distribute(mirrored, tmp_path):
     """Issue 31: an AssertionError in MirroredStrategy's creator (the variable store re-entered the scope)."""
     kernels = []
     for name, scope, distribute in (("scope", mirrored.scope(), None), ("config", contextlib.nullcontext(), mirrored)):
-        estimator = cases.make_estimator(tpu, str(tmp_path / name), use_tpu, train_distribute=distribute)
+        estimator = cases.make_estimator(tpu, str(tmp_path / name), True, train_distribute=distribute)
         cases.LossRecorder.losses = []
         with scope:
             estimator.train(cases.make_input_fn(64, 0, True), max_steps=2)
         kernels.append((list(cases.LossRecorder.losses), estimator.get_variable_value("out/kernel").tolist()))
     assert kernels[0] == kernels[1]
-    if use_tpu:
-        np.testing.assert_allclose(kernels[0][0], recorded.PLAIN["losses"][:2], rtol=2e-5)
+    np.testing.assert_allclose(kernels[0][0], recorded.PLAIN["losses"][:2], rtol=2e-5)
 
 
-def test_the_plain_estimator_trains_inside_the_scope(mirrored, tmp_path):
+def test_the_cpu_path_inside_a_scope_runs_as_the_original_without_it(mirrored, tmp_path):
+    """use_tpu=False: the original's calls ran in graphs of their own, where the caller's scope was not."""
+    with mirrored.scope():
+        in_scope = cases.run(cases.make_estimator(tpu, str(tmp_path), use_tpu=False))
+    assert_close(in_scope, recorded.IN_SCOPE)
+
+
+def test_between_predictions_the_callers_scope_is_in_scope(mirrored, tmp_path):
+    estimator = cases.make_estimator(tpu, str(tmp_path), use_tpu=False)
+    seen = []
+    with mirrored.scope():
+        for _ in estimator.predict(cases.make_input_fn(cases.BATCH, 2, False), yield_single_examples=False):
+            seen.append(tf.distribute.get_strategy())
+        seen.append(tf.distribute.get_strategy())
+    assert len(seen) == 2 and all(s is mirrored for s in seen)
+    assert not tf.distribute.has_strategy()
+
+
+def test_the_plain_estimator_inside_the_scope_trains_as_without_it(mirrored, tmp_path):
     def model_fn(features, labels, mode):
         w = tf.compat.v1.get_variable("w", [cases.FEATURES, 1], initializer=tf.compat.v1.zeros_initializer())
         loss = tf.compat.v1.losses.mean_squared_error(labels, tf.matmul(features, w))
         train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
             loss, tf.compat.v1.train.get_global_step())
-        return kte.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+        return kte.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, predictions={"y": loss + 0})
 
     def input_fn():
         return cases.make_input_fn(64, 0, True)({"batch_size": 4})
 
-    weights = []
-    for name, scope, distribute in (("scope", mirrored.scope(), None), ("config", contextlib.nullcontext(), mirrored)):
-        estimator = kte.estimator.Estimator(
-            model_fn, config=kte.estimator.RunConfig(model_dir=str(tmp_path / name), train_distribute=distribute))
+    results = []
+    for name, scope in (("scope", mirrored.scope()), ("none", contextlib.nullcontext())):
+        estimator = kte.estimator.Estimator(model_fn, config=kte.estimator.RunConfig(model_dir=str(tmp_path / name)))
         with scope:
             estimator.train(input_fn, max_steps=3)
-        weights.append(estimator.get_variable_value("w").tolist())
-    assert weights[0] == weights[1]
+            metrics = estimator.evaluate(input_fn, steps=2)
+        results.append((estimator.get_variable_value("w").tolist(), float(metrics["loss"])))
+    assert results[0] == results[1]
 
 
 def test_estimator_model_fits_inside_the_scope(strategy):

@@ -46,3 +46,18 @@ def only_strategy_scope(strategy: tf.distribute.Strategy) -> Iterator[tf.distrib
     finally:
         graph._variable_creator_stack = creators
         graph._distribution_strategy_stack = strategies
+
+
+def default_strategy() -> tf.distribute.Strategy:
+    """The default (no-op) strategy, also inside another strategy's scope (`distribute_lib._get_default_strategy`).
+
+    Example:
+
+    ```python
+    with mirrored.scope():
+        default_strategy().num_replicas_in_sync   # 1
+    ```
+    """
+    from tensorflow.python.distribute import distribute_lib
+
+    return distribute_lib._get_default_strategy()
