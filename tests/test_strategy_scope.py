@@ -110,15 +110,18 @@ def test_the_plain_estimator_inside_the_scope_trains_as_without_it(mirrored, tmp
     assert results[0] == results[1]
 
 
-def test_estimator_model_fits_inside_the_scope(strategy):
-    def input_fn(params):
-        return cases.make_input_fn(64, 0, True)(params)
-
+def test_estimator_model_fits_evaluates_and_predicts_inside_the_scope(strategy):
     cases._TPU.append(tpu)
     with strategy.scope():
-        model = kte.EstimatorModel(cases.model_fn, train_batch_size=cases.BATCH, config=kte.RunConfig(
-            tpu_config=kte.TPUConfig(iterations_per_loop=1)))
+        model = kte.EstimatorModel(
+            cases.model_fn, train_batch_size=cases.BATCH, eval_batch_size=cases.BATCH,
+            predict_batch_size=cases.BATCH, config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=1)))
         assert model.distribute_strategy is strategy
         cases.LossRecorder.losses = []
-        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=2)], verbose=0)
-    np.testing.assert_allclose(cases.LossRecorder.losses, recorded.PLAIN["losses"][:2], rtol=2e-5)
+        model.fit(cases.make_input_fn(64, 0, True), callbacks=[kte.StopAtStep(steps=cases.STEPS)], verbose=0)
+        metrics = model.evaluate(cases.make_input_fn(2 * cases.BATCH, 1, False), return_dict=True, verbose=0)
+        predictions = model.predict(cases.make_input_fn(cases.BATCH, 2, False), verbose=0)
+    np.testing.assert_allclose(cases.LossRecorder.losses, recorded.PLAIN["losses"], rtol=2e-5)
+    for key in ("loss", "mae", "rmse"):
+        np.testing.assert_allclose(metrics[key], recorded.PLAIN["evaluate"][key], rtol=2e-5)
+    np.testing.assert_allclose(np.ravel(predictions["y"]), recorded.PLAIN["predictions"], rtol=2e-5, atol=2e-6)
