@@ -69,7 +69,25 @@ def mode_strategy(config: RunConfig, mode: str) -> tf.distribute.Strategy:
     True
     """
     chosen = {ModeKeys.TRAIN: config.train_distribute, ModeKeys.EVAL: config.eval_distribute}.get(mode)
-    return chosen or tf.distribute.get_strategy()
+    # Not a strategy in the caller's scope: the Estimator ran each call in a graph of its own.
+    return chosen or _compat.default_strategy()
+
+
+def own_strategy_scope(model: Any) -> Any:
+    """The model's strategy alone in scope, as if the call ran at top level (the caller's scope set aside).
+
+    The original ran each call in a graph of its own, where a strategy the caller
+    had entered was not in scope: here the model's strategy (the caller's on the
+    strategy path, where a strategy in scope wins) is entered on clean stacks.
+
+    Example:
+
+    ```python
+    with own_strategy_scope(model):
+        model.fit(input_fn, callbacks=callbacks)
+    ```
+    """
+    return _compat.only_strategy_scope(model.distribute_strategy)
 
 
 def check_steps(steps: float | None, max_steps: float | None) -> None:
@@ -316,7 +334,7 @@ class EstimatorCalls:
             callbacks.append(StepSummaries(self.model_dir, whole_count(config.save_summary_steps)))
         if self._log_every_n_steps:
             callbacks.append(StepLogger(whole_count(self._log_every_n_steps)))
-        with sharing_worker_errors(self.model_dir, model.distribute_strategy):
+        with own_strategy_scope(model), sharing_worker_errors(self.model_dir, model.distribute_strategy):
             try:
                 model.fit(self._library_input_fn(input_fn), callbacks=callbacks + hooks, verbose=0)
             finally:
@@ -339,10 +357,11 @@ class EstimatorCalls:
         )
         model = self._model(ModeKeys.EVAL)
         try:
-            logs = model.evaluate(
-                self._library_input_fn(input_fn), steps=steps, callbacks=[restore, *hooks], verbose=0,
-                return_dict=True,
-            )
+            with own_strategy_scope(model):
+                logs = model.evaluate(
+                    self._library_input_fn(input_fn), steps=steps, callbacks=[restore, *hooks], verbose=0,
+                    return_dict=True,
+                )
         finally:
             model.release_host()
         step, path = model.global_step, restore.restored
@@ -372,7 +391,8 @@ class EstimatorCalls:
             model.select_predictions(predict_keys)
         callbacks = [RestoreOrWarmStart(checkpoints, self._warm_start), *hooks]
         try:  # a generator closed early (or collected) releases the host too
-            for batch in model.predict_batches(self._library_input_fn(input_fn), callbacks=callbacks, verbose=0):
+            batches = model.predict_batches(self._library_input_fn(input_fn), callbacks=callbacks, verbose=0)
+            for batch in _each_in_own_scope(model, batches):
                 batch = select_keys(batch, predict_keys)
                 if not yield_single_examples:
                     yield batch
@@ -385,5 +405,18 @@ class EstimatorCalls:
             model.release_host()
 
 
-__all__ = ["EstimatorCalls", "check_steps", "mode_strategy", "newest_step", "plain_input_fn", "plain_model_fn",
+def _each_in_own_scope(model: Any, batches: Iterator[Any]) -> Iterator[Any]:
+    """`batches`, each computed in the model's own strategy scope; the caller's code between them runs in its own."""
+    while True:
+        with own_strategy_scope(model):
+            batch = next(batches, _DONE)
+        if batch is _DONE:
+            return
+        yield batch
+
+
+_DONE = object()
+
+
+__all__ = ["EstimatorCalls", "check_steps", "mode_strategy", "newest_step", "own_strategy_scope", "plain_input_fn", "plain_model_fn",
            "whole_steps"]

@@ -242,8 +242,6 @@ class VariableStore:
         return full.split(":")[0]
 
     def _creator(self, next_creator: Any, **kwargs: Any) -> Any:
-        if getattr(self._local, "creating_own", False):
-            return next_creator(**kwargs)
         key = self._key(kwargs.get("name"))
         variable = self._by_name.get(key)
         if variable is not None:
@@ -311,22 +309,21 @@ class VariableStore:
                     )
                 value = static
             value = tf.convert_to_tensor(value, dtype=dtype)
-            self._local.creating_own = True
-            try:
-                with (
-                    self._strategy.scope(),
-                    tf.compat.v1.name_scope(None),
-                    _compat.unpacked_tpu_variables(self._strategy),
-                ):
-                    tf_variable = tf.Variable(
-                        value,
-                        name=key,
-                        trainable=trainable,
-                        aggregation=aggregation or tf.VariableAggregation.NONE,
-                        synchronization=synchronization,
-                    )
-            finally:
-                self._local.creating_own = False
+            # The store's strategy alone makes the variable: not a creator the caller
+            # entered (a user's `with strategy.scope():` reaches the build graph as a
+            # creator, with no strategy on its stack), nor this store's own.
+            with (
+                _compat.only_strategy_scope(self._strategy),
+                tf.compat.v1.name_scope(None),
+                _compat.unpacked_tpu_variables(self._strategy),
+            ):
+                tf_variable = tf.Variable(
+                    value,
+                    name=key,
+                    trainable=trainable,
+                    aggregation=aggregation or tf.VariableAggregation.NONE,
+                    synchronization=synchronization,
+                )
             variable = _compat.adopt_variable(
                 tf_variable,
                 key.replace("/", "__"),

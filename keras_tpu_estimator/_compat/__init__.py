@@ -32,6 +32,7 @@ from keras_tpu_estimator._compat.graph_copy import (  # noqa: F401  (part of thi
     scratch_graph,
 )
 from keras_tpu_estimator._compat.patching import swapped_attribute  # noqa: F401  (part of this module's API)
+from keras_tpu_estimator._compat.strategy_scope import default_strategy, only_strategy_scope  # noqa: F401  (part of this module's API)
 from keras_tpu_estimator._compat.tpu_export import (  # noqa: F401  (part of this module's API)
     inside_tpu_rewrite,
     prune_unconnected_ops_from_xla,
