@@ -10,22 +10,18 @@ step) in a fresh temporary `model_dir`.
 
 from __future__ import annotations
 
-import logging
 import os
-import pprint
 import sys
-import tempfile
-import types
-from importlib import metadata
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "tests" / "recorded_hook_graph_numbers.py"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from record_hooks_numbers import record  # noqa: E402
 
 from tests import hook_graph_programs  # noqa: E402
 
@@ -43,18 +39,7 @@ RESULTS: case name -> the value the case returned.
 
 
 def main() -> None:
-    tf.get_logger().setLevel(logging.ERROR)
-    results = {}
-    for name, case in hook_graph_programs.CASES.items():
-        with tempfile.TemporaryDirectory(prefix="original_hook_graph_") as model_dir:
-            api = types.SimpleNamespace(tpu=tf.compat.v1.estimator.tpu, model_dir=model_dir, use_tpu=False,
-                                        strategy=None)
-            results[name] = case(api)
-            print(name, results[name], flush=True)
-    versions = {"tensorflow": tf.__version__, "tensorflow_estimator": metadata.version("tensorflow-estimator")}
-    text = HEADER.format(tf_version=versions["tensorflow"], estimator_version=versions["tensorflow_estimator"])
-    text += f"\nVERSIONS = {versions!r}\n\nRESULTS = {pprint.pformat(results, width=110, sort_dicts=True)}\n"
-    OUTPUT.write_text(text)
+    record(hook_graph_programs.CASES, OUTPUT, HEADER, "original_hook_graph_")
 
 
 if __name__ == "__main__":

@@ -41,19 +41,27 @@ RESULTS: case name -> the value the case returned.
 '''
 
 
-def main() -> None:
+def record(cases: dict, output: Path, header: str, prefix: str) -> None:
+    """Runs each case on the original's CPU path in a fresh `model_dir`; writes VERSIONS and RESULTS to `output`.
+
+    Shared with `record_hook_graph_numbers.py`.
+    """
     tf.get_logger().setLevel(logging.ERROR)
     results = {}
-    for name, case in hook_programs.CASES.items():
-        with tempfile.TemporaryDirectory(prefix="original_hooks_") as model_dir:
+    for name, case in cases.items():
+        with tempfile.TemporaryDirectory(prefix=prefix) as model_dir:
             api = types.SimpleNamespace(tpu=tf.compat.v1.estimator.tpu, model_dir=model_dir, use_tpu=False,
                                         strategy=None)
             results[name] = case(api)
             print(name, results[name], flush=True)
     versions = {"tensorflow": tf.__version__, "tensorflow_estimator": metadata.version("tensorflow-estimator")}
-    text = HEADER.format(tf_version=versions["tensorflow"], estimator_version=versions["tensorflow_estimator"])
+    text = header.format(tf_version=versions["tensorflow"], estimator_version=versions["tensorflow_estimator"])
     text += f"\nVERSIONS = {versions!r}\n\nRESULTS = {pprint.pformat(results, width=110, sort_dicts=True)}\n"
-    OUTPUT.write_text(text)
+    output.write_text(text)
+
+
+def main() -> None:
+    record(hook_programs.CASES, OUTPUT, HEADER, "original_hooks_")
 
 
 if __name__ == "__main__":
