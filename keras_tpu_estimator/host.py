@@ -394,7 +394,9 @@ class HostRunner:
 
     Args:
         every_n_steps: `experimental_host_call_every_n_steps`: in TRAIN, `fn`
-            runs for steps whose 0-based global step is a multiple of it.
+            runs for the steps of each execution whose 0-based index within
+            it is a multiple of it (TPUEstimator's outfeed counted each
+            loop's steps from 0).
         batch_eval_metrics: Run `eval_metrics` once per execution when it can
             (False: once per step; the results are the same).
 
@@ -518,7 +520,7 @@ class HostRunner:
         if host_call is not None:
             chosen = [
                 index for index in range(steps)
-                if mode != ModeKeys.TRAIN or global_steps[index] % self.every_n_steps == 0
+                if mode != ModeKeys.TRAIN or index % self.every_n_steps == 0  # within the execution
             ]
             if host_call.over_steps:
                 if chosen:

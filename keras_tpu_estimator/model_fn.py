@@ -363,6 +363,20 @@ class ModelFnRunner:
         summary = self.host.tf1_summaries.step_summary(step_before) if plan.summaries else None
         return plan.device_values(spec, mask, summary)
 
+    def _host_step_before(self, spec: Any, before: tf.Tensor) -> Any:
+        """On the strategy path, `spec` with its `host_call` tensors reading the global step as `before`.
+
+        A TPU's host call saw the step's 0-based index wherever `model_fn` read
+        the global step (before or after `minimize`); `train_op`, the loss and
+        TF1 summaries keep their own reads. The CPU path keeps program order.
+        """
+        if not self.use_tpu or getattr(spec, "host_call", None) is None:
+            return spec
+        fn, tensors = spec.host_call
+        flat = tf.nest.flatten(tensors)
+        rewired = _compat.replace_reads(flat, before, before)
+        return spec._replace(host_call=(fn, tf.nest.pack_sequence_as(tensors, rewired)))
+
     def _static(self, mode: str, data: Any) -> Any:
         """`data` with the static per-replica shapes of the build.
 
@@ -397,7 +411,7 @@ class ModelFnRunner:
             return {
                 "loss": loss,
                 "weight": self._weight(features),
-                "host": self._host_values(ModeKeys.TRAIN, spec, None, before),
+                "host": self._host_values(ModeKeys.TRAIN, self._host_step_before(spec, before), None, before),
                 "gradients": gradients,
             }
         spec = self.call_model_fn(features, labels, ModeKeys.TRAIN)
@@ -406,6 +420,7 @@ class ModelFnRunner:
                 "`model_fn` returned a `train_op` when the model was built but None now. "
                 "Return the same kind of spec on every call."
             )
+        host_spec = self._host_step_before(spec, before)
         train_op = optimizer_update_op(spec.train_op, self.keras_optimizers)
         done = []
         if not always_increments(train_op, before):
@@ -418,7 +433,7 @@ class ModelFnRunner:
         # Each replica fetches its own train_op (the step count reads replica 0's only).
         with tf.control_dependencies([train_op, *done, *self._hook_writes(ModeKeys.TRAIN, spec)]):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
-            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, spec, None, before)]
+            host = [tf.identity(t) for t in self._host_values(ModeKeys.TRAIN, host_spec, None, before)]
         return {"loss": loss, "weight": self._weight(features), "host": host}
 
     def apply_keras_optimizer(self, result: dict) -> dict:

@@ -58,20 +58,32 @@ def test_host_call_runs_once_per_step_with_rows_in_global_order(strategy):
         np.testing.assert_array_equal(ids, np.arange(32 * step, 32 * step + 32) % models.NUM_ROWS)
 
 
-def test_a_step_read_after_the_train_op_counts_from_one(strategy):
+def test_a_step_read_after_the_train_op_is_the_step_s_index_on_the_strategy_path(strategy):
+    # As on a TPU: the host call's read of the global step is the step's 0-based index.
     calls = []
     model = make(model_fn_with_host_call(calls, read_step_first=False), strategy, k=8)
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
+    assert [step for _, step in calls] == list(range(10))
+
+
+def test_a_step_read_after_the_train_op_counts_from_one_on_the_cpu_path():
+    calls = []
+    model = kte.EstimatorModel(
+        model_fn_with_host_call(calls, read_step_first=False), use_tpu=False, train_batch_size=32,
+        config=kte.RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=4)),
+    )
     model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
     assert [step for _, step in calls] == list(range(1, 11))
 
 
-def test_every_n_steps_follows_the_global_step(strategy):
+def test_every_n_steps_counts_within_each_execution(strategy):
+    # TPUEstimator's outfeed: a loop's steps whose 0-based index in the loop is a multiple of n.
     calls = []
     model = make(model_fn_with_host_call(calls), strategy, k=4, experimental_host_call_every_n_steps=3)
-    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
-    assert [step for _, step in calls] == [0, 3, 6, 9]
-    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=5)], verbose=0)
-    assert [step for _, step in calls][4:] == [12]
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=10)], verbose=0)  # executions of 4, 4, 2
+    assert [step for _, step in calls] == [0, 3, 4, 7, 8]
+    model.fit(models.input_fn, callbacks=[kte.StopAtStep(steps=5)], verbose=0)  # 4 and 1
+    assert [step for _, step in calls][5:] == [10, 13, 14]
 
 
 def test_every_n_steps_is_for_the_tpu_path_only():
@@ -610,8 +622,9 @@ def test_host_call_runs_in_one_session_call_per_execution_step_by_step(session_c
         assert session_calls == ["run"] * 3
     # Each chosen step, in order, as a call per step sees it: padded rows dropped, [1]-per-replica kept.
     steps = [(e, i) for e in arrays for i in range(len(e[0]))]
-    expected = [kte_host_plan.drop_padding([v[i] for v in e[:5]], e[5][i]) for e, i in steps][::every_n_steps]
-    assert len(seen) == len(expected) == (14 if every_n_steps == 1 else 5)
+    # Chosen by the step's index within its execution (2, 5, 3, 4 steps; n=3: 1 + 2 + 1 + 2).
+    expected = [kte_host_plan.drop_padding([v[i] for v in e[:5]], e[5][i]) for e, i in steps if i % every_n_steps == 0]
+    assert len(seen) == len(expected) == (14 if every_n_steps == 1 else 6)
     for got, want in zip(seen, expected, strict=True):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w)
@@ -759,7 +772,7 @@ def test_a_host_call_reads_the_global_step_of_its_step(make_variable):
     with runner.running("train"):
         runner.submit("train", arrays[0], first_step=10, steps=3)
         runner.submit("train", arrays[1], first_step=13, steps=4)
-    assert seen == [10, 12, 14, 16]
+    assert seen == [10, 12, 13, 15]  # indexes 0, 2 of each execution
 
 
 @pytest.mark.parametrize("batched", [True, False])
@@ -813,7 +826,7 @@ def test_host_functions_see_a_global_step_that_moves_by_two_per_step():
 
     model = make(model_fn, tf.distribute.get_strategy(), k=4, experimental_host_call_every_n_steps=4)
     model.fit(lambda params: models.input_fn(params).take(6), verbose=0)  # executions of 4 and 2 steps
-    assert model.global_step == 12 and seen == [0, 4, 8]
+    assert model.global_step == 12 and seen == [0, 8]  # index 0 of each execution
 
 
 def test_a_keras_metric_fn_that_fails_eagerly_raises_its_own_error():

@@ -29,6 +29,7 @@ from tensorflow.python.training import moving_averages as _moving_averages
 from keras_tpu_estimator._compat.graph_copy import (  # noqa: F401  (part of this module's API)
     copy_needed_ops,
     merge_calls_under_creator,
+    replace_reads,
     scratch_graph,
 )
 from keras_tpu_estimator._compat.patching import swapped_attribute  # noqa: F401  (part of this module's API)

@@ -194,3 +194,90 @@ def copy_needed_ops(graph: tf.Graph, values: list) -> list:
         else:
             result.append(value)
     return result
+
+
+def _variable_key(handle: tf.Tensor) -> int:
+    """The tensor a resource handle stands for: a captured placeholder's outer tensor (`FuncGraph.captures`)."""
+    graph = handle.graph
+    while True:
+        outer = {internal.ref(): external for external, internal in getattr(graph, "captures", ())}.get(handle.ref())
+        if outer is None:
+            return id(handle)
+        if not hasattr(outer, "op"):  # an eager handle
+            return id(outer)
+        handle, graph = outer, outer.graph
+
+
+def replace_reads(values: list, read: tf.Tensor, replacement: tf.Tensor) -> list:
+    """`values` recomputed with every read of `read`'s variable replaced by `replacement`.
+
+    `read` is a tensor of a `ReadVariableOp` (or an `Identity` of one, as
+    `read_value()` makes) in the current graph. Each `ReadVariableOp` of the
+    same variable (the same handle, or a capture of the same outer handle)
+    that a value depends on by data becomes `replacement` (an `Identity` of
+    it when the read had control inputs); the ops between are re-created in
+    the graph (`Graph._create_op_internal`, with `handle_data_util.copy_handle_data`).
+    A path through a stateful op is left as it is (re-creating it would run
+    it twice). Values that do not read the variable are returned as they are.
+    Example: `replace_reads([tf.reshape(step, [1])], before, before)`.
+    """
+    graph = read.graph
+    read_op = read.op
+    while read_op.type == "Identity" and read_op.inputs:
+        read_op = read_op.inputs[0].op
+    if read_op.type != "ReadVariableOp":
+        raise ValueError(f"{read.name} is not a read of a variable.")
+    key = _variable_key(read_op.inputs[0])
+    replaced: dict = {}  # op -> its outputs' replacements, or None: left as it is
+
+    def is_read(op: tf.Operation) -> bool:
+        return op.type == "ReadVariableOp" and _variable_key(op.inputs[0]) == key
+
+    order: list = []
+    seen: set = set()
+    stack = [(v.op, False) for v in values if isinstance(v, tf.Tensor) and v.graph is graph]
+    while stack:  # post-order over data inputs: inputs first
+        op, expanded = stack.pop()
+        if expanded:
+            order.append(op)
+            continue
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.append((op, True))
+        if not is_read(op):
+            stack.extend((t.op, False) for t in op.inputs if t.graph is graph and t.op not in seen)
+    with graph.as_default():
+        for op in order:
+            if is_read(op):
+                if op.control_inputs:
+                    with graph.control_dependencies(op.control_inputs):
+                        replaced[op] = [tf.identity(replacement)]
+                else:
+                    replaced[op] = [replacement]
+                continue
+            changed = [t for t in op.inputs if replaced.get(t.op) is not None]
+            if not changed or op.op_def.is_stateful:
+                replaced[op] = None
+                continue
+            inputs = [replaced[t.op][t.value_index] if replaced.get(t.op) is not None else t for t in op.inputs]
+            attrs = {k: v for k, v in op.node_def.attr.items() if k != "_class"}
+            copy = graph._create_op_internal(
+                op.type, inputs, dtypes=[t.dtype for t in op.outputs], name=op.name,
+                attrs=attrs, op_def=op.op_def, compute_device=False,
+            )
+            if op.device:
+                copy._set_device(op.device)
+            if op.control_inputs:
+                copy._add_control_inputs(op.control_inputs)
+            for old, new in zip(op.outputs, copy.outputs, strict=True):
+                new.set_shape(old.shape)
+                if old.dtype in (tf.resource, tf.variant):
+                    _handle_data_util.copy_handle_data(old, new)
+            replaced[op] = copy.outputs
+    return [
+        replaced[v.op][v.value_index]
+        if isinstance(v, tf.Tensor) and v.graph is graph and replaced.get(v.op) is not None
+        else v
+        for v in values
+    ]
