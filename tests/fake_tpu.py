@@ -97,6 +97,13 @@ def model_fn(features, labels, mode, params):
     return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, host_call=host_call)
 
 
+def step_after_model_fn(features, labels, mode, params):
+    """ResNet's host_call: the global step read after `minimize` (rewired to the step's first value)."""
+    spec = model_fn(features, labels, mode, params)
+    step = tf.reshape(tf.compat.v1.train.get_global_step(), [1])
+    return spec._replace(host_call=(lambda step_, loss_: None, [step, tf.reshape(spec.loss, [1])]))
+
+
 def unfetched_ops_model_fn(features, labels, mode, params):
     """Builds an Adam update in every mode and a counter update that is never fetched."""
     counters = [
@@ -225,6 +232,8 @@ def main():
             "ResourceApplyAdam": sum(op == "ResourceApplyAdam" for _, op in nodes),
             "TPUReplicateMetadata": sum(op == "TPUReplicateMetadata" for _, op in nodes),
         }
+    after = make_model(model_fn=step_after_model_fn)
+    report["step_after"] = op_counts(after.trace(input_fn)).get("TPUReplicateMetadata", 0)
     averaged = make_model(model_fn=moving_average_model_fn)
     nodes = node_names(averaged.trace(input_fn))
     report["moving_average"] = {

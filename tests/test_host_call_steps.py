@@ -118,3 +118,24 @@ def test_evaluation_host_call_sees_the_model_s_step(tmp_path, strategy):
     est.evaluate(models.input_fn, steps=3)  # every step, at the model's step
     gs = steps_of(tmp_path / "host", "gs")
     assert gs == [(0, 0.0), (3, 3.0), (4, 4.0), (7, 7.0), (8, 8.0), (8, 8.0), (8, 8.0)]
+
+
+def test_replace_reads_rewires_only_stateless_paths_from_the_variable():
+    from keras_tpu_estimator import _compat
+
+    step, other = tf.Variable(5, dtype=tf.int64), tf.Variable(1, dtype=tf.int64)
+
+    @tf.function(autograph=False)
+    def run():
+        before = step.read_value()
+        update = step.assign_add(1)
+        with tf.control_dependencies([update]):
+            after = tf.reshape(tf.identity(step), [1])  # a read under a control dependency
+        plain = step + other  # one input rewired, the other kept
+        stateful = tf.reshape(tf.numpy_function(lambda s: s, [step.value()], tf.int64), [1])
+        return _compat.replace_reads([after, plain, other.read_value(), stateful], before, before)
+
+    after, plain, untouched, stateful = (t.numpy() for t in run())
+    assert after.tolist() == [5] and plain == 6 and untouched == 1
+    assert stateful.tolist() == [6]  # through a stateful op: left as it is (the read after the update)
+    assert step.numpy() == 6  # the update ran once

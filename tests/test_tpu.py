@@ -39,6 +39,11 @@ def test_every_mode_traces_to_one_replicated_tpu_program(report, mode, outputs):
     assert counts["TPUReplicatedOutput"] >= outputs  # loss, weight, host and metric tensors
 
 
+def test_a_host_call_reading_the_step_after_minimize_traces(report):
+    """Its read of the global step is rewired to the step's first read inside the TPU program."""
+    assert report["step_after"] == 1
+
+
 @pytest.mark.parametrize("mode", ["train", "eval", "infer"])
 def test_only_fetched_ops_are_in_the_tpu_program(report, mode):
     """TF1 fetch semantics inside the TPU computation: unfetched updates are not traced in."""
