@@ -133,9 +133,11 @@ def test_replace_reads_rewires_only_stateless_paths_from_the_variable():
             after = tf.reshape(tf.identity(step), [1])  # a read under a control dependency
         plain = step + other  # one input rewired, the other kept
         stateful = tf.reshape(tf.numpy_function(lambda s: s, [step.value()], tf.int64), [1])
-        return _compat.replace_reads([after, plain, other.read_value(), stateful], before, before)
+        return _compat.replace_reads([after, plain, other.read_value(), stateful, eager], before, before)
 
-    after, plain, untouched, stateful = (t.numpy() for t in run())
+    eager = tf.constant([3], tf.int64)  # captured as it is
+    after, plain, untouched, stateful, kept = (t.numpy() for t in run())
+    assert kept.tolist() == [3]
     assert after.tolist() == [5] and plain == 6 and untouched == 1
     assert stateful.tolist() == [6]  # through a stateful op: left as it is (the read after the update)
     assert step.numpy() == 6  # the update ran once

@@ -235,7 +235,10 @@ def replace_reads(values: list, read: tf.Tensor, replacement: tf.Tensor) -> list
 
     order: list = []
     seen: set = set()
-    stack = [(v.op, False) for v in values if isinstance(v, tf.Tensor) and v.graph is graph]
+    def of_graph(value: Any) -> bool:  # an eager tensor has no graph
+        return isinstance(value, tf.Tensor) and getattr(value, "graph", None) is graph
+
+    stack = [(v.op, False) for v in values if of_graph(v)]
     while stack:  # post-order over data inputs: inputs first
         op, expanded = stack.pop()
         if expanded:
@@ -277,7 +280,7 @@ def replace_reads(values: list, read: tf.Tensor, replacement: tf.Tensor) -> list
             replaced[op] = copy.outputs
     return [
         replaced[v.op][v.value_index]
-        if isinstance(v, tf.Tensor) and v.graph is graph and replaced.get(v.op) is not None
+        if of_graph(v) and replaced.get(v.op) is not None
         else v
         for v in values
     ]
