@@ -26,10 +26,11 @@ from keras_tpu_estimator.tf_config import cluster_settings, read_tf_config
 class InputPipelineConfig:
     """How `input_fn` is deployed (TPUEstimator's values).
 
-    Every mode here calls `input_fn` once per input pipeline with the
-    per-replica batch size, as `PER_HOST_V2` did; replicas draw consecutive
-    batches, so the rows reach the replicas in the same order as under
-    `PER_HOST_V1`'s split. `BROADCAST` is not supported.
+    On the strategy path `input_fn` is deployed as the original deployed it
+    (`inputs.input_deployment`): `PER_HOST_V1` once per host with the per-host
+    batch, split over the host's replicas; `PER_HOST_V2` once per host with
+    the per-replica batch; `PER_SHARD_V1` (TRAIN) once per replica.
+    `BROADCAST` is not supported.
 
     Example:
 

@@ -39,7 +39,7 @@ from keras_tpu_estimator._compat.keras_state import (
 )
 from keras_tpu_estimator.batch_plan import BatchPlan
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
-from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.config import InputPipelineConfig, RunConfig
 from keras_tpu_estimator.cross_replica import synchronized_gradients
 from keras_tpu_estimator.fetches import always_increments
 from keras_tpu_estimator.host import HostRunner
@@ -49,8 +49,11 @@ from keras_tpu_estimator.inputs import (
     batch_tensor,
     call_input_fn,
     check_batch_rows,
+    input_deployment,
+    interleave_replicas,
     per_replica_spec,
     placeholders,
+    split_to_replicas,
     static_batch_size,
 )
 from keras_tpu_estimator.invoke import call_scaffold_fn, invoke_model_fn
@@ -503,6 +506,34 @@ class ModelFnRunner:
             return elements[0]
         return None
 
+    def _deployed_input(self, call: Any, mode: str, plan: BatchPlan, input_context: Any, pad: bool) -> tf.data.Dataset:
+        """One input pipeline's per-replica elements, in replica order, as TPUEstimator deployed `input_fn`.
+
+        `PER_HOST_V1` (the default; EVAL and PREDICT unless `PER_HOST_V2`): one
+        call with the pipeline's batch, each batch padded (EVAL / PREDICT) and
+        split into contiguous per-replica slices. `PER_HOST_V2`: one call with
+        the per-replica batch, consecutive batches to the replicas in turn.
+        `PER_SHARD_V1` (TRAIN): one call per replica with its own context and
+        the per-replica batch, their batches interleaved.
+        """
+        k = plan.replicas_per_pipeline(input_context)
+        deployment = input_deployment(self.config, mode)
+        per_replica = plan.per_replica
+        if deployment == InputPipelineConfig.PER_SHARD_V1 and k > 1:
+            pipeline = input_context.input_pipeline_id if input_context is not None else 0
+            pipelines = input_context.num_input_pipelines if input_context is not None else 1
+            contexts = [
+                tf.distribute.InputContext(pipelines * k, pipeline * k + core, self.num_replicas) for core in range(k)
+            ]
+            return interleave_replicas([call(context, per_replica) for context in contexts])
+        if deployment == InputPipelineConfig.PER_HOST_V2 or k == 1:
+            dataset = call(input_context, per_replica)
+            return pad_batches(dataset, per_replica, k) if pad else dataset
+        dataset = call(input_context, per_replica * k)
+        if pad:
+            dataset = pad_batches(dataset, per_replica * k)
+        return split_to_replicas(dataset, k)
+
     def distribute_input(
         self, x: Any, mode: str, batch_size: int | None = None, shuffle: bool = False
     ) -> Any:
@@ -573,13 +604,20 @@ class ModelFnRunner:
         plan = self._set_batch(mode, global_batch)
         specs, elements = [], []
 
-        def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
+        def call(input_context: Any, batch: int | None) -> tf.data.Dataset:
             params = self.params_for(mode, input_context, for_input_fn=True)
+            if batch is not None:
+                params["batch_size"] = batch
             dataset = call_input_fn(x, mode, params, self.config, input_context, self.use_tpu)
             if self.use_tpu:
-                check_batch_rows(static_batch_size(dataset.element_spec), plan.per_replica, partial, "input_fn")
-            if pad:
-                dataset = pad_batches(dataset, plan.per_replica, plan.replicas_per_pipeline(input_context))
+                check_batch_rows(static_batch_size(dataset.element_spec), batch, partial, "input_fn")
+            return dataset
+
+        def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
+            if not self.use_tpu:
+                dataset = call(input_context, plan.per_replica)
+            else:  # the original's deployment (input_deployment): batch, calls, and split over replicas
+                dataset = self._deployed_input(call, mode, plan, input_context, pad)
             specs.append(dataset.element_spec)
             elements.append(_elements(dataset))
             return dataset

@@ -34,7 +34,9 @@ def test_batch_size_in_params_is_global_over_replicas(strategy):
     model = make_model(model_fn, strategy)
     train(model, 1, input_fn)
     replicas = strategy.num_replicas_in_sync
-    assert seen["input_fn"] == seen["model_fn"] == seen["rows"] == 16 // replicas
+    # input_fn: the per-host batch under PER_HOST_V1 (the original's default), one host here
+    assert seen["input_fn"] == 16
+    assert seen["model_fn"] == seen["rows"] == 16 // replicas
     assert seen["input_context"] == replicas
     assert seen["use_tpu"] is True
     assert isinstance(seen["config"], kte.RunConfig)

@@ -80,7 +80,7 @@ DELIBERATE = {
     "train.use_tpu.input_fn with a dynamic batch dimension": (
         "only a TPUStrategy needs static shapes (refused there before tracing)", None),
     "train.use_tpu.PER_SHARD_V1 input_fn returns a Dataset": (
-        "every pipeline calls input_fn once per host and takes its dataset", None),
+        "input_fn is called once per replica, as the original; their datasets are interleaved", None),
     "evaluate.use_tpu.steps=None": ("evaluates to the end of the input, padded", None),
     "evaluate.use_tpu.EstimatorSpec": ("a plain spec evaluates on the strategy path too", None),
     "predict.use_tpu.EstimatorSpec": ("a plain spec predicts on the strategy path too", None),

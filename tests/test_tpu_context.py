@@ -34,10 +34,6 @@ def test_the_context_has_every_public_member_of_the_originals():
 @pytest.mark.parametrize("pipeline", programs.PIPELINES)
 def test_input_fn_and_model_fn_see_the_originals_context(strategy, tmp_path, pipeline, mode):
     layout = recorded.TPU[_layout(strategy)].get(pipeline, {})
-    if pipeline == "PER_SHARD_V1" and mode == "train" and strategy.num_replicas_in_sync > 1:
-        # Not yet the original's: PER_SHARD_V1 training still calls input_fn once per host, as
-        # PER_HOST_V1 does (README: Limitations; the original called it once per core).
-        layout = recorded.TPU[_layout(strategy)]["PER_HOST_V1"]
     if mode not in layout:  # one core: every pipeline is the same; recorded for PER_HOST_V1
         layout = recorded.TPU[_layout(strategy)]["PER_HOST_V1"]
     ours = programs.run(kte_estimator, str(tmp_path), pipeline, mode, strategy=strategy)
