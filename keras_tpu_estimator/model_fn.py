@@ -39,21 +39,19 @@ from keras_tpu_estimator._compat.keras_state import (
 )
 from keras_tpu_estimator.batch_plan import BatchPlan
 from keras_tpu_estimator.checkpoints import init_from_checkpoint
-from keras_tpu_estimator.config import InputPipelineConfig, RunConfig
+from keras_tpu_estimator.config import RunConfig
 from keras_tpu_estimator.cross_replica import synchronized_gradients
 from keras_tpu_estimator.fetches import always_increments
 from keras_tpu_estimator.host import HostRunner
 from keras_tpu_estimator.host_plan import HostPlan
+from keras_tpu_estimator.input_deployment import deploy_input
 from keras_tpu_estimator.inputs import (
     array_dataset,
     batch_tensor,
     call_input_fn,
     check_batch_rows,
-    input_deployment,
-    interleave_replicas,
     per_replica_spec,
     placeholders,
-    split_to_replicas,
     static_batch_size,
 )
 from keras_tpu_estimator.invoke import call_scaffold_fn, invoke_model_fn
@@ -506,34 +504,6 @@ class ModelFnRunner:
             return elements[0]
         return None
 
-    def _deployed_input(self, call: Any, mode: str, plan: BatchPlan, input_context: Any, pad: bool) -> tf.data.Dataset:
-        """One input pipeline's per-replica elements, in replica order, as TPUEstimator deployed `input_fn`.
-
-        `PER_HOST_V1` (the default; EVAL and PREDICT unless `PER_HOST_V2`): one
-        call with the pipeline's batch, each batch padded (EVAL / PREDICT) and
-        split into contiguous per-replica slices. `PER_HOST_V2`: one call with
-        the per-replica batch, consecutive batches to the replicas in turn.
-        `PER_SHARD_V1` (TRAIN): one call per replica with its own context and
-        the per-replica batch, their batches interleaved.
-        """
-        k = plan.replicas_per_pipeline(input_context)
-        deployment = input_deployment(self.config, mode)
-        per_replica = plan.per_replica
-        if deployment == InputPipelineConfig.PER_SHARD_V1 and k > 1:
-            pipeline = input_context.input_pipeline_id if input_context is not None else 0
-            pipelines = input_context.num_input_pipelines if input_context is not None else 1
-            contexts = [
-                tf.distribute.InputContext(pipelines * k, pipeline * k + core, self.num_replicas) for core in range(k)
-            ]
-            return interleave_replicas([call(context, per_replica) for context in contexts])
-        if deployment == InputPipelineConfig.PER_HOST_V2 or k == 1:
-            dataset = call(input_context, per_replica)
-            return pad_batches(dataset, per_replica, k) if pad else dataset
-        dataset = call(input_context, per_replica * k)
-        if pad:
-            dataset = pad_batches(dataset, per_replica * k)
-        return split_to_replicas(dataset, k)
-
     def distribute_input(
         self, x: Any, mode: str, batch_size: int | None = None, shuffle: bool = False
     ) -> Any:
@@ -617,7 +587,7 @@ class ModelFnRunner:
             if not self.use_tpu:
                 dataset = call(input_context, plan.per_replica)
             else:  # the original's deployment (input_deployment): batch, calls, and split over replicas
-                dataset = self._deployed_input(call, mode, plan, input_context, pad)
+                dataset = deploy_input(call, self.config, mode, plan, input_context, pad, self.num_replicas)
             specs.append(dataset.element_spec)
             elements.append(_elements(dataset))
             return dataset
