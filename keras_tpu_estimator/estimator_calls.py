@@ -281,6 +281,9 @@ class EstimatorCalls:
             raise ValueError(f"Must specify steps > 0, given: {steps}")
         return whole_steps(steps)  # the Estimator ran until at least `steps` evaluations
 
+    def _eval_loop_steps(self, steps: int | None) -> int | None:
+        return None  # the Estimator's evaluations: one step per session.run (the CPU path's executions)
+
     def _check_evaluate(self) -> None:
         """Checks before an evaluation (none for the Estimator)."""
 
@@ -357,7 +360,7 @@ class EstimatorCalls:
         )
         model = self._model(ModeKeys.EVAL)
         try:
-            with own_strategy_scope(model):
+            with own_strategy_scope(model), model.one_loop_evaluation(self._eval_loop_steps(steps)):
                 logs = model.evaluate(
                     self._library_input_fn(input_fn), steps=steps, callbacks=[restore, *hooks], verbose=0,
                     return_dict=True,

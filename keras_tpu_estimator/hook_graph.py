@@ -274,6 +274,15 @@ def hook_session(model: keras.Model, mode: str) -> HookSession:
             variables[tf1.op.name] = HookVariable(
                 tf1, lambda v=variable: np.asarray(v.numpy()), lambda value, v=variable: v.assign(value)
             )
+        if mode == "eval":  # ModeKeys.EVAL; the Estimator's local `eval_step`: the evaluation's steps so far
+            eval_step = tf.compat.v1.Variable(
+                np.int64(0), name="eval_step", trainable=False, use_resource=True,
+                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES, tf.compat.v1.GraphKeys.EVAL_STEP],
+            )
+            variables[eval_step.op.name] = HookVariable(
+                eval_step, lambda: np.int64(getattr(model, "evaluation_steps_done", 0)),
+                lambda value: setattr(model, "evaluation_steps_done", int(value)),
+            )
         loss_name = model.loss_op_name(mode)
         if loss_name and loss_name not in variables:
             loss = tf.compat.v1.placeholder(tf.float32, [], name=loss_name)

@@ -184,6 +184,10 @@ class TPUEstimator(Estimator):
             return check_positive_integer(steps, "Eval steps")
         return super()._eval_steps(steps)
 
+    def _eval_loop_steps(self, steps: int | None) -> int | None:
+        # On a TPU, _SetEvalIterationsHook set the loop's trip count to `steps`: one loop of N steps.
+        return steps if self._use_tpu and self._eval_on_tpu else None
+
     def _check_evaluate(self) -> None:
         on_tpu = self._use_tpu and self._eval_on_tpu
         if on_tpu and self._batch_sizes["eval_batch_size"] is None:

@@ -10,6 +10,7 @@ yields: epoch logs, metrics, predictions. It owns no state beyond one call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from keras_tpu_estimator._compat.keras_state import take_resumed_epoch
+from keras_tpu_estimator.config import IterationsPerLoop
 from keras_tpu_estimator.inputs import keras_input, refuse_keras_arguments
 from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.optimizer_view import check_learning_rate_callbacks
@@ -277,6 +279,29 @@ class EstimatorTrainer:
                 step, stop_step, step - start_step,
             )
 
+    @contextlib.contextmanager
+    def one_loop_evaluation(self, steps: int | None) -> Iterator[None]:
+        """Within it, `evaluate(steps=N)` runs one execution of N steps (TPUEstimator on a TPU).
+
+        The original's `_SetEvalIterationsHook` set its loop's trip count to N, so
+        an evaluation hook ran once; the facade uses this, the Keras face keeps
+        executions of `steps_per_execution`. `steps=None` changes nothing.
+
+        Example:
+
+        ```python
+        with model.one_loop_evaluation(6):
+            model.evaluate(eval_input_fn, steps=6)  # one execution of 6 steps
+        ```
+        """
+        saved = self._driver.iterations_per_loop
+        if steps is not None:
+            self._driver.iterations_per_loop = IterationsPerLoop(int(steps), "count")
+        try:
+            yield
+        finally:
+            self._driver.iterations_per_loop = saved
+
     def evaluate(
         self,
         x: InputFn | tf.data.Dataset | Any = None,
@@ -307,6 +332,7 @@ class EstimatorTrainer:
         function = self.make_test_function()
         callbacks = self._callback_list(ModeKeys.EVAL, callbacks, verbose, epochs=1, steps=steps)
         self._runner.store.reset_local_variables()  # as each TF1 evaluation's new session
+        self.evaluation_steps_done = 0
         logs: dict = {}
         with self._runner.host.running(ModeKeys.EVAL):  # fresh host sessions: metrics from zero
             callbacks.on_test_begin()
@@ -318,6 +344,7 @@ class EstimatorTrainer:
                     input_steps=self._runner.modes[ModeKeys.EVAL].input_steps,
                 ):
                     done += execution.steps
+                    self.evaluation_steps_done = done  # the hook graph's `eval_step`, read in after_run
                     last_outputs = execution.outputs  # the in-step metrics' values, stacked over steps
                     loss_sum, weight_sum = loss_sum + execution.loss_sum, weight_sum + execution.weight_sum
                     logs["loss"] = loss_sum / max(weight_sum, 1e-12)

@@ -101,8 +101,8 @@ def test_hooks_in_the_spec_run_in_their_modes(tmp_path, strategy):
     estimator.evaluate(models.input_fn, steps=3)
     list(estimator.predict(models.predict_input_fn))
     assert seen["train"].steps == [2, 4]
-    assert seen["eval"].steps == seen["eval"].fetched == [4, 4]
-    assert seen["eval"].calls.count("before_run") == 2  # executions of 2 + 1 steps
+    assert seen["eval"].steps == seen["eval"].fetched == [4]
+    assert seen["eval"].calls.count("before_run") == 1  # one loop of the 3 steps, as on a TPU
     assert seen["infer"].calls[-1] == ("end", 4) and seen["infer"].calls.count("after_run") >= 1
 
 
@@ -200,3 +200,41 @@ def test_step_counter_hook_writes_global_step_per_sec(tmp_path, strategy):
     tf.compat.v1.summary.FileWriterCache.get(str(output)).flush()  # the hook's writer, as TF1 flushed it
     steps = [step for step, value in models.summary_values(output) if value.tag == "global_step/sec"]
     assert steps and all(step in (8, 12) for step in steps)
+
+
+class EvalStepRecorder(tf.compat.v1.train.SessionRunHook):
+    """Records its before_run/after_run calls and `eval_step` (the `EVAL_STEP` collection's variable) in after_run."""
+
+    def __init__(self):
+        self.calls, self.eval_steps = [], []
+
+    def begin(self):
+        (self.eval_step,) = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.EVAL_STEP)
+
+    def before_run(self, run_context):
+        self.calls.append("before_run")
+
+    def after_run(self, run_context, run_values):
+        self.calls.append("after_run")
+        self.eval_steps.append(int(run_context.session.run(self.eval_step)))
+
+
+def test_evaluate_runs_its_steps_in_one_loop_as_on_a_tpu(tmp_path, strategy):
+    # The original on a TPU: _SetEvalIterationsHook(steps) set the loop's trip count to `steps`, so
+    # one loop of 6 steps whatever iterations_per_loop (4); _increase_eval_step_op added steps - 1
+    # and the Estimator's own update 1: eval_step is 6 in after_run.
+    estimator = make_estimator(tmp_path, strategy=strategy, k=4)
+    estimator.train(models.input_fn, steps=4)
+    hook = EvalStepRecorder()
+    results = estimator.evaluate(models.input_fn, steps=6, hooks=[hook])
+    assert hook.calls == ["before_run", "after_run"]
+    assert hook.eval_steps == [6]
+    assert hook.eval_step.name == "eval_step:0" and hook.eval_step.dtype == tf.int64
+    assert hook.eval_step in hook.eval_step.graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES)
+    # the loss is still the mean over the 6 steps: the CPU path (one step per run) agrees
+    cpu = kte.TPUEstimator(models.get_variable_mlp, config=estimator.config, use_tpu=False,
+                           train_batch_size=16, eval_batch_size=16)
+    cpu_hook = EvalStepRecorder()
+    cpu_results = cpu.evaluate(models.input_fn, steps=6, hooks=[cpu_hook])
+    assert results["loss"] == pytest.approx(cpu_results["loss"], rel=1e-5)
+    assert cpu_hook.eval_steps == [1, 2, 3, 4, 5, 6]  # the original's CPU path: eval_step per session.run
