@@ -147,3 +147,42 @@ def prediction(api: Any) -> dict:
     est.train(hook_programs.input_fn, steps=5)
     predictions = [np.asarray(p["y"]).tolist() for p in est.predict(hook_programs.predict_input_fn, hooks=[passed])]
     return {"passed": passed.record(), "spec": spec.record(), "predictions": len(predictions)}
+
+
+class EvalStepProbe(tf.compat.v1.train.SessionRunHook):
+    """Records the graph's `eval_step` (GraphKeys.EVAL_STEP) as a hook reads it in each method."""
+
+    def __init__(self):
+        self.calls: list = []
+        self.values: dict = {"before_run": [], "after_run": [], "end": None}
+        self.variable: dict = {}
+
+    def begin(self):
+        (step,) = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.EVAL_STEP)
+        local = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES)
+        self.step = step
+        self.variable = {
+            "name": step.name, "dtype": step.dtype.name, "local": any(v is step for v in local),
+            "global": any(v is step for v in tf.compat.v1.global_variables()),
+        }
+
+    def before_run(self, run_context):
+        self.calls.append("before_run")
+        self.values["before_run"].append(int(run_context.session.run(self.step)))
+
+    def after_run(self, run_context, run_values):
+        self.calls.append("after_run")
+        self.values["after_run"].append(int(run_context.session.run(self.step)))
+
+    def end(self, session):
+        self.values["end"] = int(session.run(self.step))
+
+
+@case
+def evaluation_eval_step(api: Any) -> dict:
+    """`train(steps=5)`, then `evaluate(steps=6)` (more steps than K) with a probe of `eval_step`."""
+    probe = EvalStepProbe()
+    est = _estimator(api)
+    est.train(hook_programs.input_fn, steps=5)
+    est.evaluate(hook_programs.input_fn, steps=6, hooks=[probe])
+    return {"calls": probe.calls, "values": probe.values, "variable": probe.variable}

@@ -28,6 +28,9 @@ TPU_RESUMED_STEPS = [7, 11, 13]
 # evaluate(steps=3) ran its 3 steps in one loop (the evaluation loop took the steps, not
 # iterations_per_loop); every run of an evaluation reads the evaluated checkpoint's step, 5.
 TPU_EVALUATION_STEPS = [5]
+# evaluate(steps=6) at iterations_per_loop=4: one loop of 6 (_SetEvalIterationsHook), after which
+# _increase_eval_step_op added 6 - 1 to the Estimator's own +1: a hook reads eval_step 0, then 6.
+TPU_EVAL_STEP = {"calls": ["before_run", "after_run"], "values": {"before_run": [0], "after_run": [6], "end": 6}}
 
 NONE_ERROR = ["TypeError", 'Argument `fetch` = None has invalid type "NoneType". Cannot be None']
 
@@ -54,7 +57,7 @@ def test_the_recorded_original_read_the_step_at_every_run_and_refused_none():
         assert len(facts) == 1 and facts[0]["global_step"] == "global_step" and facts[0]["graph_of_begin"], method
 
 
-@pytest.mark.parametrize("name", ["train", "train_resumed", "evaluation", "prediction"])
+@pytest.mark.parametrize("name", ["train", "train_resumed", "evaluation", "evaluation_eval_step", "prediction"])
 def test_the_cpu_path_gives_the_originals_graph_in_every_method(tmp_path, name):
     assert run(name, tmp_path) == RESULTS[name]
 
@@ -75,6 +78,13 @@ def test_evaluation_hooks_read_the_evaluated_checkpoints_step(tmp_path, strategy
     assert recorded["global_step"] == original["global_step"] == 5
     for probe in ("passed", "spec"):
         assert recorded[probe] == per_execution(original[probe], TPU_EVALUATION_STEPS), probe
+
+
+def test_evaluation_hooks_see_eval_step_after_one_loop_of_all_steps(tmp_path, strategy):
+    original = RESULTS["evaluation_eval_step"]
+    assert original["values"]["after_run"] == [1, 2, 3, 4, 5, 6]  # the CPU path: one step per run
+    recorded = run("evaluation_eval_step", tmp_path, True, strategy)
+    assert recorded == dict(original, **TPU_EVAL_STEP)  # the same local int64 `eval_step:0`
 
 
 def test_prediction_hooks_read_the_checkpoints_step_in_every_execution(tmp_path, strategy):
