@@ -17,6 +17,7 @@ time-based decisions are agreed on by all workers.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import time
@@ -171,8 +172,13 @@ class CheckpointSaver(keras.callbacks.Callback):
         self._last_time = time.monotonic()
         self.saved_steps = []
         self._session = hook_session(self.model, ModeKeys.TRAIN) if self.listeners else None
-        for listener in self.listeners:
-            listener.begin()
+        with self._listener_graph():
+            for listener in self.listeners:
+                listener.begin()
+
+    def _listener_graph(self) -> Any:
+        """The hook graph as the default graph: TF1 ran every listener method in the Estimator's graph."""
+        return self._session.graph.as_default() if self._session is not None else contextlib.nullcontext()
 
     def _keeper_from_resumed_step(self) -> CheckpointKeeper:
         """The keeper, made once the step training resumes from is known.
@@ -210,13 +216,16 @@ class CheckpointSaver(keras.callbacks.Callback):
             )
             self._last_step, self._last_time = step, time.monotonic()
             return
-        for listener in self.listeners:
-            listener.before_save(self._session, step)
+        with self._listener_graph():
+            for listener in self.listeners:
+                listener.before_save(self._session, step)
         self._keeper_from_resumed_step().save(step)
         self.saved_steps.append(step)
         self._last_step, self._last_time = step, time.monotonic()
         _log.info("Saved checkpoint for step %d into %s.", step, self._keeper.latest)
-        if any([listener.after_save(self._session, step) for listener in self.listeners]):
+        with self._listener_graph():
+            stop = any([listener.after_save(self._session, step) for listener in self.listeners])
+        if stop:
             _log.info("A CheckpointSaverListener requested training stop.")
             self.model.stop_training = True
 
@@ -234,8 +243,10 @@ class CheckpointSaver(keras.callbacks.Callback):
         missing = not scanned_checkpoints(self.model_dir)
         if any_worker(self.model.distribute_strategy, unsaved or missing):
             self._save()
-        for listener in self.listeners:
-            listener.end(self._session, self.model.global_step)
+        step = self.model.global_step  # read eagerly, before the hook graph is the default
+        with self._listener_graph():
+            for listener in self.listeners:
+                listener.end(self._session, step)
         if self._session is not None:
             self._session.close()
         if self._temporary:

@@ -186,3 +186,56 @@ def evaluation_eval_step(api: Any) -> dict:
     est.train(hook_programs.input_fn, steps=5)
     est.evaluate(hook_programs.input_fn, steps=6, hooks=[probe])
     return {"calls": probe.calls, "values": probe.values, "variable": probe.variable}
+
+
+class ListenerProbe(tf.compat.v1.train.CheckpointSaverListener):
+    """Records, in each listener method, the graph facts a TF1 listener relies on and the step its session reads."""
+
+    def __init__(self):
+        self.facts: dict = {}  # method -> the distinct facts its calls saw
+        self.steps: dict = {"before_save": [], "after_save": [], "end": None}
+
+    def _facts(self, method: str, session: Any = None) -> None:
+        step = tf.compat.v1.train.get_global_step()
+        facts = {
+            "global_step": None if step is None else step.op.name,
+            "global_variables": sorted(v.op.name for v in tf.compat.v1.global_variables()),
+            "executing_eagerly": tf.executing_eagerly(),
+        }
+        if session is not None:
+            facts["session_graph_is_default"] = session.graph is tf.compat.v1.get_default_graph()
+            facts["session_step"] = None if step is None else "read"
+        seen = self.facts.setdefault(method, [])
+        if facts not in seen:
+            seen.append(facts)
+        return None if step is None or session is None else int(session.run(step))
+
+    def begin(self):
+        self._facts("begin")
+
+    def before_save(self, session, global_step_value):
+        read = self._facts("before_save", session)
+        self.steps["before_save"].append([int(global_step_value), read])
+
+    def after_save(self, session, global_step_value):
+        read = self._facts("after_save", session)
+        self.steps["after_save"].append([int(global_step_value), read])
+
+    def end(self, session, global_step_value):
+        read = self._facts("end", session)
+        self.steps["end"] = [int(global_step_value), read]
+
+
+@case
+def saving_listener(api: Any) -> dict:
+    """`train(steps=10)` saving every 5 steps with a `CheckpointSaverListener` probe."""
+    config = api.tpu.RunConfig(
+        model_dir=api.model_dir, train_distribute=api.strategy, save_checkpoints_steps=5,
+        save_summary_steps=1000, tpu_config=api.tpu.TPUConfig(iterations_per_loop=1),
+    )
+    hook_programs.API["tpu"] = api.tpu
+    est = api.tpu.TPUEstimator(hook_programs.model_fn, config=config, params={"hooks": lambda mode, tensors: []},
+                               use_tpu=api.use_tpu, train_batch_size=hook_programs.BATCH)
+    probe = ListenerProbe()
+    est.train(hook_programs.input_fn, steps=10, saving_listeners=[probe])
+    return {"facts": probe.facts, "steps": probe.steps}

@@ -143,3 +143,15 @@ def test_a_call_that_failed_leaves_no_hook_graph_to_the_next_call_of_the_same_mo
     assert probe.facts["begin"][0]["global_variables"].count("runs") == 1
     model.fit(models.input_fn, callbacks=[probe, kte.StopAtStep(steps=2)], verbose=0)
     assert "runs" not in probe.facts["begin"][-1]["global_variables"]
+
+
+@pytest.mark.parametrize("use_tpu", [False, True])
+def test_saving_listeners_run_in_the_hook_graph_as_in_the_originals(tmp_path, strategy, use_tpu):
+    original = RESULTS["saving_listener"]
+    recorded = run("saving_listener", tmp_path, use_tpu, strategy)
+    assert recorded["facts"] == original["facts"]  # get_global_step(), the variables, session.graph: every method
+    # the original also saved (and called the listeners) at step 0: no checkpoint precedes the first step here
+    assert original["steps"]["before_save"][0] == [0, 0]
+    expected = {key: value[1:] if key != "end" else value for key, value in original["steps"].items()}
+    assert recorded["steps"] == expected == {"before_save": [[5, 5], [10, 10]], "after_save": [[5, 5], [10, 10]],
+                                             "end": [10, 10]}
