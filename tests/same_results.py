@@ -11,18 +11,18 @@ import tensorflow as tf
 RTOL, ATOL = 2e-5, 1e-6
 
 
-def assert_same(ours, original, where: str = "") -> None:
-    """Equal structure and values; floats within float32 round-off of the original's."""
+def assert_same(ours, original, where: str = "", rtol: float = RTOL) -> None:
+    """Equal structure and values; floats within float32 round-off of the original's (`rtol`)."""
     if isinstance(original, dict):
         assert isinstance(ours, dict) and sorted(ours) == sorted(original), f"{where}: {ours} != {original}"
         for key in original:
-            assert_same(ours[key], original[key], f"{where}.{key}")
+            assert_same(ours[key], original[key], f"{where}.{key}", rtol)
     elif isinstance(original, list | tuple):
         assert isinstance(ours, list | tuple) and len(ours) == len(original), f"{where}: {ours} != {original}"
         for i, (a, b) in enumerate(zip(ours, original, strict=True)):
-            assert_same(a, b, f"{where}[{i}]")
+            assert_same(a, b, f"{where}[{i}]", rtol)
     elif isinstance(original, float):
-        assert isinstance(ours, int | float) and math.isclose(ours, original, rel_tol=RTOL, abs_tol=ATOL), (
+        assert isinstance(ours, int | float) and math.isclose(ours, original, rel_tol=rtol, abs_tol=ATOL), (
             f"{where}: {ours} != {original}")
     else:
         assert ours == original, f"{where}: {ours!r} != {original!r}"

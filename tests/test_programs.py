@@ -38,4 +38,4 @@ def run_program(name: str, path: str, tmp_path, extra: tuple[str, ...] = ()) -> 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,path", CASES, ids=[f"{n}-{p}" for n, p in CASES])
 def test_program_gives_the_originals_results(name, path, tmp_path):
-    assert_same(run_program(name, path, tmp_path), RUNS[name].expected(RESULTS[name], path), name)
+    assert_same(run_program(name, path, tmp_path), RUNS[name].expected(RESULTS[name], path), name, RUNS[name].rtol)

@@ -33,6 +33,8 @@ class Run:
     # {path or "all": {result key: (what this path gives instead, why)}}: results that differ from
     # the recorded CPU-path run by design or, on the strategy paths, as the original's TPU path did.
     differences: dict = dataclasses.field(default_factory=dict)
+    # Relative tolerance of floats (same_results.RTOL unless the original itself varies more by machine).
+    rtol: float = 2e-5
 
     def expected(self, recorded: dict, path: str) -> dict:
         """The recorded results with this path's differences applied."""
@@ -54,8 +56,11 @@ RUNS = {
     # Batch norm normalizes each replica's rows (as on TPU cores): one replica's numbers only.
     "resnet_graph_mode": Run("resnet_graph_mode", paths=("cpu", "tpu")),
     "resnet_graph_mode_no_bn": Run("resnet_graph_mode", ("--batch_norm=false",), paths=("mirrored",)),
+    # The original itself gives this BERT run's floats up to 1.2e-4 apart on two x86 CPUs (recorded
+    # 2026-12-01 and 2026-12-02: probabilities[0][2] 0.0508258 and 0.0508320); here each matches the
+    # original on its own machine within 2e-5.
     "bert_compat_v1_namespace": Run("bert_compat_v1_namespace", differences={
-        path: {"hook_losses_run": (3, HOOKS_PER_LOOP)} for path in ("tpu", "mirrored")}),
+        path: {"hook_losses_run": (3, HOOKS_PER_LOOP)} for path in ("tpu", "mirrored")}, rtol=5e-4),
     # train_and_evaluate (training.py) with Latest/Best/Final exporters: every save evaluated and
     # exported, old exports collected; a second call at max_steps returns (None, None).
     "train_and_evaluate_exporters": Run("train_and_evaluate_exporters", ("--resume",), differences={
