@@ -43,12 +43,19 @@ DELIBERATE.update({
 })
 
 
+# On a TPU the original ran an evaluation's steps in one loop (`_SetEvalIterationsHook`): these
+# cases' evaluation hook ran once, where the CPU path ran it once per step.
+ONE_LOOP_EVALUATIONS = ("evaluate.tpu.", "constructor.tpu.eval_batch_size")
+
+
 def expected_for(name: str) -> list:
     if name in DELIBERATE:
         return DELIBERATE[name][1]
     expected = recorded.RESULTS[name]
     if expected[0] == "Stop":  # accepted on the original's TPU path: run as its CPU path ran
         expected = recorded.RESULTS[cases.cpu_twin(name)]
+        if expected[0] == "ok" and name.startswith(ONE_LOOP_EVALUATIONS):
+            expected = ["ok", 1]
     return expected
 
 
