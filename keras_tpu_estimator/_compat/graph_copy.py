@@ -128,6 +128,24 @@ def _creation_order_topologically(graph: tf.Graph, needed: set) -> list:
     return result
 
 
+def _recreate(graph: tf.Graph, op: tf.Operation, inputs: list, control: list) -> tf.Operation:
+    """`op` made again in `graph` on `inputs` (same name, attributes but colocation, device, shapes, handle data)."""
+    attrs = {key: value for key, value in op.node_def.attr.items() if key != "_class"}
+    copy = graph._create_op_internal(
+        op.type, inputs, dtypes=[t.dtype for t in op.outputs], name=op.name,
+        attrs=attrs, op_def=op.op_def, compute_device=False,
+    )
+    if op.device:
+        copy._set_device(op.device)
+    if control:
+        copy._add_control_inputs(control)
+    for old, new in zip(op.outputs, copy.outputs, strict=True):
+        new.set_shape(old.shape)
+        if old.dtype in (tf.resource, tf.variant):
+            _handle_data_util.copy_handle_data(old, new)
+    return copy
+
+
 def copy_needed_ops(graph: tf.Graph, values: list) -> list:
     """Copies the ops of `graph` that `values` need into the current graph; returns the copies.
 
@@ -164,25 +182,9 @@ def copy_needed_ops(graph: tf.Graph, values: list) -> list:
                 f"Cannot run '{op.name}': its input '{missing[0].name}' is a placeholder of "
                 "the step, not a value model_fn received."
             )
-        attrs = {key: value for key, value in op.node_def.attr.items() if key != "_class"}
-        copy = target._create_op_internal(
-            op.type,
-            [tensors[t.ref()] for t in op.inputs],
-            dtypes=[t.dtype for t in op.outputs],
-            name=op.name,
-            attrs=attrs,
-            op_def=op.op_def,
-            compute_device=False,
-        )
-        if op.device:
-            copy._set_device(op.device)
         control = [copies[c] for c in op.control_inputs if c in copies]
-        if control:
-            copy._add_control_inputs(control)
+        copy = _recreate(target, op, [tensors[t.ref()] for t in op.inputs], control)
         for old, new in zip(op.outputs, copy.outputs, strict=True):
-            new.set_shape(old.shape)
-            if old.dtype in (tf.resource, tf.variant):
-                _handle_data_util.copy_handle_data(old, new)
             tensors[old.ref()] = new
         copies[op] = copy
     result = []
@@ -264,20 +266,7 @@ def replace_reads(values: list, read: tf.Tensor, replacement: tf.Tensor) -> list
                 replaced[op] = None
                 continue
             inputs = [replaced[t.op][t.value_index] if replaced.get(t.op) is not None else t for t in op.inputs]
-            attrs = {k: v for k, v in op.node_def.attr.items() if k != "_class"}
-            copy = graph._create_op_internal(
-                op.type, inputs, dtypes=[t.dtype for t in op.outputs], name=op.name,
-                attrs=attrs, op_def=op.op_def, compute_device=False,
-            )
-            if op.device:
-                copy._set_device(op.device)
-            if op.control_inputs:
-                copy._add_control_inputs(op.control_inputs)
-            for old, new in zip(op.outputs, copy.outputs, strict=True):
-                new.set_shape(old.shape)
-                if old.dtype in (tf.resource, tf.variant):
-                    _handle_data_util.copy_handle_data(old, new)
-            replaced[op] = copy.outputs
+            replaced[op] = _recreate(graph, op, inputs, op.control_inputs).outputs
     return [
         replaced[v.op][v.value_index]
         if of_graph(v) and replaced.get(v.op) is not None
