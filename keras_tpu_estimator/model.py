@@ -32,6 +32,11 @@ from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.loop import make_loop_function
 from keras_tpu_estimator.model_fn import ModelFnRunner
 from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_model_fn
+from keras_tpu_estimator.step_compilation import (
+    StepCompilation,
+    check_jit_compile,
+    resolve_step_compilation,
+)
 from keras_tpu_estimator.strategy import num_workers, resolve_strategy
 from keras_tpu_estimator.trainer import EstimatorTrainer
 
@@ -63,6 +68,11 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             `train_op`: the model minimises the spec's loss with it.
         steps_per_execution: Steps per device execution; defaults to
             `config.tpu_config.iterations_per_loop`.
+        jit_compile: `True` compiles each replica step with XLA off a TPU (a
+            TPU always does), `False` does not; `"auto"` takes
+            `config.jit_compile`, else the TF1 switch `global_jit_level` of
+            `config.session_config` (XLA auto-clustering), else no XLA. See
+            `step_compilation.py`.
         name: The Keras model name.
 
     Example:
@@ -94,6 +104,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         predict_batch_size: int | None = None,
         optimizer: Any = None,
         steps_per_execution: int | str | None = None,
+        jit_compile: bool | str = "auto",
         name: str = "estimator_model",
     ):
         if not tf.executing_eagerly():
@@ -143,6 +154,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         }
         self._runner = ModelFnRunner(self, model_fn, params, config, strategy, use_tpu, batch_sizes)
         self._driver = ExecutionDriver(self, self._runner.host)
+        self._jit_setting = check_jit_compile(jit_compile, "jit_compile")
         self.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
 
     # ----------------------------------------------------------------- basics
@@ -260,16 +272,19 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         optimizer: Any = None,
         *,
         steps_per_execution: int | str | None = None,
+        jit_compile: bool | str | None = None,
         **kwargs: Any,
     ) -> None:
-        """Sets the Keras optimizer (if `model_fn` has no `train_op`) and `steps_per_execution`.
+        """Sets the Keras optimizer (if `model_fn` has no `train_op`), `steps_per_execution`, `jit_compile`.
 
         `loss` and `metrics` come from `model_fn`; passing them is an error.
+        `jit_compile` is as the constructor's; None keeps the model's.
 
         Example:
 
         ```python
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), steps_per_execution=100)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), steps_per_execution=100,
+                      jit_compile=True)
         ```
         """
         unsupported = {k: v for k, v in kwargs.items() if v not in (None, False)}
@@ -286,7 +301,14 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         elif optimizer is not None and not isinstance(optimizer, keras.optimizers.Optimizer):
             with self.distribute_strategy.scope():
                 optimizer = keras.optimizers.get(optimizer)
-        super().compile(optimizer=optimizer, steps_per_execution=1, jit_compile=False)
+        if jit_compile is not None:
+            self._jit_setting = check_jit_compile(jit_compile, "jit_compile")
+        self._step_compilation = resolve_step_compilation(self._jit_setting, self.config)
+        super().compile(
+            optimizer=optimizer,
+            steps_per_execution=1,
+            jit_compile=self._step_compilation is StepCompilation.MUST,
+        )
         if optimizer is None and self._runner.built(ModeKeys.TRAIN) and not self._runner.uses_keras_optimizer:
             self.optimizer = self._runner.train_op_optimizer()  # what model_fn's train_op uses
         loop = steps_per_execution or self.config.tpu_config.iterations_per_loop
@@ -330,6 +352,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
                 and not _compat.is_tpu_strategy(strategy)  # static shapes: no empty replica
             ),
             host_from_first_replica=not self._runner.use_tpu,  # the Estimator's replica 0 hooks
+            compilation=self._step_compilation,
         )
 
     def _after_train_execution(self) -> tuple[list, tf.Tensor]:
