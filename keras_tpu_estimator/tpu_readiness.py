@@ -280,12 +280,16 @@ def input_warnings(element_spec: Any) -> list[str]:
     ]
 
 
-def trimmed_compile_error(error: Exception) -> str:
-    """XLA's message, without the dump advice and the copying code's traceback."""
+def trimmed_compile_error(error: Exception, ops: Sequence[tf.Operation] = ()) -> str:
+    """XLA's message, without the dump advice and the copy's traceback; with the op's `model_fn` line."""
     text = str(error).replace("Failed getting HLO text: ", "").strip("'\" ")
-    text = re.split(r"\n?\s*The op is created at:|\n\s*tf2xla conversion failed", text)[0]
+    text = re.split(r"\n?\s*(?:The op is created at:|Stack trace for op definition:)|\n\s*tf2xla conversion failed", text)[0]
     text = " ".join(text.split())
-    return text if len(text) <= 400 else text[:397] + "..."
+    text = text if len(text) <= 400 else text[:397] + "..."
+    named = re.search(r"node `([^`]+)`|\{\{node ([^}]+)\}\}", text)
+    op = named and next((o for o in ops if o.name == (named.group(1) or named.group(2))), None)
+    line = op is not None and user_line(op)
+    return text + (f" (the op was made at {line})" if line else "")
 
 
 def _step_of(scratch: Any, mode: str) -> tuple[Callable, Callable | None]:
@@ -321,16 +325,19 @@ def check_mode(scratch: Any, input_fn: Any, mode: str) -> tuple[list, list, int 
             seen[:] = ops
             return result if tail is None else tail(result)
 
-    function = tf.function(program, jit_compile=True, autograph=False)
+    specs = tf.nest.flatten(static)
+    function = tf.function(
+        lambda *flat: program(tf.nest.pack_sequence_as(static, flat)), jit_compile=True, autograph=False
+    )
     try:
-        function.get_concrete_function(static)
+        function.get_concrete_function(*specs)
     except Exception as error:
         return [*problems, f"The step did not build: {type(error).__name__}: {error}"], warnings, None, per_core
     scanned, made_wide, no_kernel = scan_step_ops(seen)
     problems += scanned
     warnings += made_wide
     try:
-        hlo = hlo_text(function, static)
+        hlo = hlo_text(function, specs)
     except Exception as error:  # XLA refused the step
         if no_kernel:
             problems.append(
@@ -338,7 +345,7 @@ def check_mode(scratch: Any, input_fn: Any, mode: str) -> tuple[list, list, int 
                 "in input_fn, move it to `host_call` / `outside_compilation`, or use an op XLA supports."
             )
         elif not scanned:
-            problems.append(f"XLA could not compile the step: {trimmed_compile_error(error)}")
+            problems.append(f"XLA could not compile the step: {trimmed_compile_error(error, seen)}")
         return problems, warnings, None, per_core
     size = len(re.findall(r"^\s*(?:ROOT )?%\S+ = ", hlo, flags=re.MULTILINE))
     return problems, warnings, size, per_core

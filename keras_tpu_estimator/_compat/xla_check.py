@@ -139,10 +139,11 @@ def has_xla_kernel(op_type: str) -> bool:
     return any(kernel.device_type == _XLA_DEVICE for kernel in registered)
 
 
-def hlo_text(function: Any, spec: Any) -> str:
-    """The HLO text of `function` (a `tf.function(jit_compile=True)`) for one argument of `spec`; raises XLA's errors.
+def hlo_text(function: Any, specs: list) -> str:
+    """The HLO text of `function` (a `tf.function(jit_compile=True)` of flat arguments) for `specs`.
 
-    XLA is given zeros of the spec's shapes (it takes no nested specs); nothing runs.
+    Specs, not values: XLA would read a value's contents where it needs a
+    compile-time constant (a shape from the data), which a TPU cannot.
+    Raises XLA's errors.
     """
-    zeros = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), spec)
-    return function.experimental_get_compiler_ir(zeros)(stage="hlo")
+    return function.experimental_get_compiler_ir(*specs)(stage="hlo")
