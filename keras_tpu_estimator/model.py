@@ -446,6 +446,11 @@ def check_tpu_compatibility(
     report = check_tpu_compatibility(model_fn, {}, RunConfig(), {"train": 64}, input_fn, "train")
     ```
     """
+    if tf.distribute.has_strategy():
+        raise RuntimeError(
+            "check_tpu_compatibility builds a scratch model on one device: call it outside "
+            "`strategy.scope()` (the model's own strategy is not needed)."
+        )
     if isinstance(optimizer, keras.optimizers.Optimizer):
         optimizer = optimizer.__class__.from_config(optimizer.get_config())  # the user's keeps its state
     scratch = EstimatorModel(

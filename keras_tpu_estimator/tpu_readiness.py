@@ -213,12 +213,14 @@ def scan_step_ops(ops: Sequence[tf.Operation]) -> tuple[list[str], list[str], li
     """(problems, warnings, ops with no XLA kernel) among a step's ops (`fetched_with_ops`)."""
     host_only = [op for op in ops if op.type in _HOST_ONLY]
     strings = [op for op in ops if op.type not in _HOST_ONLY and op.type not in _NOT_COMPUTATION and _has_string(op)]
-    problems = [
-        f"{_HOST_ONLY[op.type]} in the step: {_where(op)} runs Python on the host, which a TPU step "
-        "cannot call. Move it to `host_call` (its function runs on the host with the step's tensors), "
-        "wrap it in `tf.compat.v1.tpu.outside_compilation`, or do it in input_fn."
-        for op in host_only
-    ]
+    problems = []
+    for kind in dict.fromkeys(_HOST_ONLY[op.type] for op in host_only):
+        ops_of_kind = [op for op in host_only if _HOST_ONLY[op.type] == kind]
+        problems.append(
+            f"{kind} in the step: {_listed(ops_of_kind)} runs Python on the host, which a TPU step "
+            "cannot call. Move it to `host_call` (its function runs on the host with the step's "
+            "tensors), wrap it in `tf.compat.v1.tpu.outside_compilation`, or do it in input_fn."
+        )
     if strings:
         problems.append(
             f"String op(s) in the step: {_listed(strings)}. A TPU has no string type. Move string work "
