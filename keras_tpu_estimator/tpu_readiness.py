@@ -65,12 +65,15 @@ _HOST_ONLY = {"EagerPyFunc": "tf.py_function", "PyFunc": "tf.numpy_function", "P
 _NOT_COMPUTATION = frozenset({"Placeholder", "NoOp", "Const", "Identity", "Assert"})
 _SIXTY_FOUR = (tf.int64, tf.float64)
 _MAX_LISTED = 5
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(path) + os.sep
-    for path in {__file__, tf.__file__}
-) + tuple(
-    {sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["purelib"] + os.sep, sysconfig.get_paths()["platlib"] + os.sep}
+_INSTALLED = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
+_FRAMEWORK_DIRS = (
+    os.path.dirname(__file__) + os.sep,  # this library
+    os.path.dirname(tf.__file__) + os.sep,
+    sysconfig.get_paths()["stdlib"] + os.sep,
+    "<frozen",
+    *(os.path.join(root, name) + os.sep for root in _INSTALLED for name in ("tensorflow", "keras", "tf_keras", "absl")),
 )
+_INSTALLED_DIRS = tuple(root + os.sep for root in _INSTALLED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,10 +144,12 @@ def tpu_cores(config: Any) -> int:
 
 def user_line(op: tf.Operation) -> str | None:
     """`file:line` of the innermost frame that made `op` outside TensorFlow, Keras and this library."""
-    for frame in reversed(op.traceback or []):
-        filename = frame.filename
-        if not filename.startswith((*_LIBRARY_DIRS, "<frozen")):
-            return f"{filename}:{frame.lineno}"
+    frames = list(reversed(op.traceback or []))
+    # The user's own files first; else an installed package's (a model_fn shipped in one).
+    for skipped in ((*_FRAMEWORK_DIRS, *_INSTALLED_DIRS), _FRAMEWORK_DIRS):
+        for frame in frames:
+            if not frame.filename.startswith(skipped):
+                return f"{frame.filename}:{frame.lineno}"
     return None
 
 
