@@ -289,3 +289,44 @@ def test_the_report_is_a_frozen_value():
         report.problems = ()
     assert re.search(r"train: no batch; not compiled\n    problem: x", str(report))
     assert os.path.basename(HERE) == "test_tpu_readiness.py"
+
+
+def summary_model_fn(features, labels, mode, params):
+    spec = linear(features, labels, mode)
+    tf.compat.v1.summary.scalar("loss", spec.loss)  # not written on a TPU (nor by TPUEstimator)
+    return spec
+
+
+def test_tf1_summaries_in_model_fn_are_left_out_as_on_a_tpu():
+    report = make_model(summary_model_fn).check_tpu_compatibility(input_fn, "train")
+    assert report.ok and report.program_size("train") > 0
+
+
+def ragged_input_fn(params):
+    lengths = tf.data.Dataset.range(1, 5).repeat()
+    rows = lengths.map(lambda n: ({"x": tf.ones([n, 4])}, tf.ones([1])))
+    return rows.padded_batch(params["batch_size"], drop_remainder=True)
+
+
+def sequence_model_fn(features, labels, mode, params):
+    return linear({"x": tf.reduce_sum(features["x"], axis=1)}, labels, mode)
+
+
+def test_a_dynamic_inner_dimension_names_fixed_sizes_and_is_not_compiled():
+    report = make_model(sequence_model_fn).check_tpu_compatibility(ragged_input_fn, "train")
+    (message,) = messages(report, "train")
+    assert message.startswith("The features to the model returned by input_fn must have static shape.")
+    assert "shape=(8, None, 4)" in message and "padded_shapes" in message
+    assert report.program_size("train") is None
+
+
+def string_feature_input_fn(params):
+    x = np.random.RandomState(0).randn(64, 4).astype(np.float32)
+    dataset = tf.data.Dataset.from_tensor_slices(({"x": x, "name": ["a"] * 64}, x[:, :1])).repeat()
+    return dataset.batch(params["batch_size"], drop_remainder=True)
+
+
+def test_a_string_feature_is_refused_with_the_fix():
+    report = make_model(linear_model_fn).check_tpu_compatibility(string_feature_input_fn, "train")
+    (message,) = messages(report, "train")
+    assert message.startswith("String input(s): features['name']") and "input_fn" in message
