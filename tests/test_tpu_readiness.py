@@ -330,3 +330,10 @@ def test_a_string_feature_is_refused_with_the_fix():
     report = make_model(linear_model_fn).check_tpu_compatibility(string_feature_input_fn, "train")
     (message,) = messages(report, "train")
     assert message.startswith("String input(s): features['name']") and "input_fn" in message
+
+
+def test_inside_a_strategy_scope_the_check_says_to_call_it_outside(mirrored):
+    model = make_model(linear_model_fn, strategy=mirrored)
+    with mirrored.scope(), pytest.raises(RuntimeError, match="outside `strategy.scope"):
+        model.check_tpu_compatibility(input_fn, "train")
+    assert model.check_tpu_compatibility(input_fn, "train").ok
