@@ -38,6 +38,12 @@ from keras_tpu_estimator.step_compilation import (
     resolve_step_compilation,
 )
 from keras_tpu_estimator.strategy import num_workers, resolve_strategy
+from keras_tpu_estimator.tpu_readiness import (
+    TPUCompatibilityReport,
+    check_model,
+    scratch_config,
+    tpu_cores,
+)
 from keras_tpu_estimator.trainer import EstimatorTrainer
 
 _log = get_logger(__name__)
@@ -402,6 +408,33 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         }[mode]
         return make().get_concrete_function(iter(dataset), tf.TensorSpec([], tf.int32))
 
+    def check_tpu_compatibility(
+        self, input_fn: Any, modes: str | Sequence[str] = ("train", "eval", "predict")
+    ) -> TPUCompatibilityReport:
+        """Whether `model_fn` will compile for a TPU, checked here with XLA (`tpu_readiness.py`).
+
+        Builds each mode's replica step as a TPU core gets it (the mode's
+        global batch over `TPUConfig.num_shards` cores, else 8; EVAL and PREDICT
+        padded) in a scratch copy of this model, and compiles it with XLA.
+        This model, its variables, global step and `model_dir` are untouched.
+
+        Example:
+
+        ```python
+        report = model.check_tpu_compatibility(input_fn)
+        print(report)     # "TPU compatibility: OK (8 TPU cores ...)", each mode with its HLO size
+        ```
+        """
+        runner = self._runner
+        optimizer = self.optimizer if isinstance(self.optimizer, keras.optimizers.Optimizer) else None
+        if runner.built(ModeKeys.TRAIN) and not runner.uses_keras_optimizer:
+            optimizer = None  # model_fn's train_op has its own
+        sizes = {mode: plan.global_size for mode, plan in runner.configured.items()}
+        return check_tpu_compatibility(
+            runner.model_fn, runner.params, self.config, sizes, input_fn, modes,
+            optimizer=optimizer, predict_keys=runner.predict_keys,
+        )
+
     def call(self, inputs: Any, training: bool = False) -> Any:
         """Not supported: `model_fn` runs only inside the model's device loop.
 
@@ -412,3 +445,44 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             "Call `model.predict(input)` instead: EstimatorModel runs model_fn only "
             "inside its own device loop."
         )
+
+
+def check_tpu_compatibility(
+    model_fn: ModelFn,
+    params: dict | None,
+    config: RunConfig,
+    batch_sizes: dict,
+    input_fn: Any,
+    modes: str | Sequence[str] = ("train", "eval", "predict"),
+    optimizer: Any = None,
+    predict_keys: Any = None,
+) -> TPUCompatibilityReport:
+    """`tpu_readiness.check_model` on a scratch `EstimatorModel` of `model_fn` (one device, per-core batches).
+
+    `batch_sizes`: `{ModeKeys value: global batch or None}`. The scratch model
+    is on the default strategy with `TPUConfig.num_shards` (else 8) replicas'
+    worth of batch split off: each step sees one TPU core's batch.
+
+    Example:
+
+    ```python
+    report = check_tpu_compatibility(model_fn, {}, RunConfig(), {"train": 64}, input_fn, "train")
+    ```
+    """
+    if tf.distribute.has_strategy():
+        raise RuntimeError(
+            "check_tpu_compatibility builds a scratch model on one device: call it outside "
+            "`strategy.scope()` (the model's own strategy is not needed)."
+        )
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        optimizer = optimizer.__class__.from_config(optimizer.get_config())  # the user's keeps its state
+    scratch = EstimatorModel(
+        model_fn, params=params, config=scratch_config(config), use_tpu=True,
+        strategy=tf.distribute.get_strategy(), optimizer=optimizer, name="tpu_compatibility_check",
+        train_batch_size=batch_sizes.get(ModeKeys.TRAIN), eval_batch_size=batch_sizes.get(ModeKeys.EVAL),
+        predict_batch_size=batch_sizes.get(ModeKeys.PREDICT),
+    )
+    scratch._runner.num_replicas = cores = tpu_cores(config)  # per-core batches, on one device
+    scratch._runner.tpu_program = True  # the step a TPU runs: TF1 summaries not written
+    scratch._runner.predict_keys = predict_keys
+    return check_model(scratch, input_fn, modes, cores)
