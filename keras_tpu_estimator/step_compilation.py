@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator._compat import xla as _xla
+from keras_tpu_estimator.source_lines import user_line
 
 _AUTO = "auto"
 
@@ -98,10 +99,9 @@ def _one_device(strategy: tf.distribute.Strategy) -> bool:
 
 
 def _refuse_uncompilable(ops: list) -> None:
-    _xla.register_xla_kernels()
     for op in ops:
         if _xla.missing_xla_kernel(op):
-            line = _xla.user_frame(op)
+            line = user_line(op)
             raise ValueError(
                 f"jit_compile=True: XLA cannot compile op '{op.name}' (type {op.type}), made "
                 f"{'at ' + line if line else 'by model_fn'}, in the replica step. Move it to a "

@@ -38,9 +38,7 @@ assert report.ok
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import sysconfig
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -54,6 +52,7 @@ from keras_tpu_estimator._compat.xla_check import (
 )
 from keras_tpu_estimator.legacy import per_replica_collections
 from keras_tpu_estimator.padding import unpack
+from keras_tpu_estimator.source_lines import user_line
 from keras_tpu_estimator.spec import ModeKeys
 
 DEFAULT_TPU_CORES = 8
@@ -65,17 +64,6 @@ _HOST_ONLY = {"EagerPyFunc": "tf.py_function", "PyFunc": "tf.numpy_function", "P
 _NOT_COMPUTATION = frozenset({"Placeholder", "NoOp", "Const", "Identity", "Assert"})
 _SIXTY_FOUR = (tf.int64, tf.float64)
 _MAX_LISTED = 5
-_INSTALLED = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
-_FRAMEWORK_DIRS = (
-    os.path.dirname(__file__) + os.sep,  # this library
-    os.path.dirname(tf.__file__) + os.sep,
-    sysconfig.get_paths()["stdlib"] + os.sep,
-    "<frozen",
-    *(os.path.join(root, name) + os.sep for root in _INSTALLED for name in ("tensorflow", "keras", "tf_keras", "absl")),
-)
-_INSTALLED_DIRS = tuple(root + os.sep for root in _INSTALLED)
-
-
 @dataclasses.dataclass(frozen=True)
 class TPUCompatibilityReport:
     """What `check_tpu_compatibility` found.
@@ -140,17 +128,6 @@ def mode_keys(modes: str | Iterable[str]) -> tuple[str, ...]:
 def tpu_cores(config: Any) -> int:
     """The TPU cores a check assumes: `TPUConfig.num_shards`, else `DEFAULT_TPU_CORES`."""
     return config.tpu_config.num_shards or DEFAULT_TPU_CORES
-
-
-def user_line(op: tf.Operation) -> str | None:
-    """`file:line` of the innermost frame that made `op` outside TensorFlow, Keras and this library."""
-    frames = list(reversed(op.traceback or []))
-    # The user's own files first; else an installed package's (a model_fn shipped in one).
-    for skipped in ((*_FRAMEWORK_DIRS, *_INSTALLED_DIRS), _FRAMEWORK_DIRS):
-        for frame in frames:
-            if not frame.filename.startswith(skipped):
-                return f"{frame.filename}:{frame.lineno}"
-    return None
 
 
 def _where(op: tf.Operation) -> str:

@@ -8,13 +8,12 @@ the marked ops of one scope and device into XLA programs and leaves out the
 ops XLA cannot compile. `missing_xla_kernel` reads the kernel registry
 (`tensorflow.python.framework.kernels.get_registered_kernels_for_op`), which
 lists the `XLA_*_JIT` kernels once XLA has compiled something in the process
-(`register_xla_kernels`).
+(`register_xla_kernels`, which `has_xla_kernel` calls first).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Iterable
 
 import tensorflow as tf
@@ -46,16 +45,18 @@ def xla_device_type(op: tf.Operation) -> str:
 
 
 @functools.cache
-def _has_kernel(op_type: str, device_type: str) -> bool:
+def has_xla_kernel(op_type: str, device_type: str = "XLA_CPU_JIT") -> bool:
+    """Whether XLA registers a kernel for `op_type` on `device_type` (XLA's CPU JIT by default)."""
+    register_xla_kernels()
     found = _kernels.get_registered_kernels_for_op(op_type).kernel
     return any(kernel.device_type == device_type for kernel in found)
 
 
 def missing_xla_kernel(op: tf.Operation) -> bool:
-    """True when XLA has no kernel for `op` on its device (call `register_xla_kernels` first)."""
+    """True when XLA has no kernel for `op` on its device."""
     if op.type in _PLUMBING:
         return False
-    return not _has_kernel(op.type, xla_device_type(op))
+    return not has_xla_kernel(op.type, xla_device_type(op))
 
 
 def crosses_devices(op: tf.Operation) -> bool:
@@ -74,16 +75,3 @@ def mark_for_xla(ops: Iterable[tf.Operation], scope: str) -> int:
         op._set_attr("_XlaScope", _attr_value_pb2.AttrValue(s=scope.encode()))
         marked += 1
     return marked
-
-
-def user_frame(op: tf.Operation) -> str | None:
-    """`file:line` of the innermost frame that made `op` outside TensorFlow, Keras and this package."""
-    skipped = (
-        os.path.dirname(os.path.dirname(tf.__file__)),  # site-packages (TensorFlow, Keras, NumPy ...)
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # keras_tpu_estimator
-    )
-    for frame in reversed(op.traceback or []):
-        filename = os.path.abspath(frame.filename)
-        if not filename.startswith(skipped) and not filename.startswith("<"):
-            return f"{frame.filename}:{frame.lineno}"
-    return None

@@ -7,8 +7,7 @@
 - `ops_with_bodies(ops, graph)`: those ops and the ops of the functions they
   call (`tf.cond` / `tf.while_loop` branches and bodies, function calls);
 - `has_xla_kernel(op_type)`: whether XLA's CPU JIT registers a kernel for the
-  op (registered only once XLA has compiled something in the process, so one
-  tiny compile runs first; `tensorflow.python.framework.kernels`);
+  op (from `_compat/xla.py`);
 - `outside_compilation_on_host()`: `tf.compat.v1.tpu.outside_compilation`
   as a TPU program sees it (its computation kept out of the step);
 - `hlo_text(function, spec)`: the HLO XLA makes of a `jit_compile` function.
@@ -33,15 +32,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.framework import kernels as _kernels
 from tensorflow.python.tpu import tpu_replication as _tpu_replication
 
 from keras_tpu_estimator._compat.graph_copy import _needed_ops, copy_needed_ops, scratch_graph
 from keras_tpu_estimator._compat.patching import swapped_attribute
+from keras_tpu_estimator._compat.xla import has_xla_kernel  # noqa: F401  (part of this module's API)
 
 _FUNCTION_ATTRS = ("then_branch", "else_branch", "branches", "body", "cond", "f")
-_XLA_DEVICE = "XLA_CPU_JIT"
-_warmed_up: list[bool] = []
 
 
 def fetched_with_ops(fn: Callable[[], Any], name: str = "checked_step") -> tuple[Any, list[tf.Operation]]:
@@ -121,22 +118,6 @@ def outside_compilation_on_host() -> Iterator[None]:
         stack.enter_context(swapped_attribute(_tpu_replication, "outside_compilation", on_host))
         stack.enter_context(swapped_attribute(tf.compat.v1.tpu, "outside_compilation", on_host))
         yield
-
-
-def _warm_up() -> None:
-    """One tiny XLA compile: XLA's JIT kernels are registered at the process's first."""
-    if not _warmed_up:
-        tf.function(lambda x: x + 1, jit_compile=True).experimental_get_compiler_ir(
-            tf.TensorSpec([1], tf.float32)
-        )(stage="hlo")
-        _warmed_up.append(True)
-
-
-def has_xla_kernel(op_type: str) -> bool:
-    """Whether XLA's CPU JIT has a kernel for `op_type` (what a TPU's XLA compiler mostly shares)."""
-    _warm_up()
-    registered = _kernels.get_registered_kernels_for_op(op_type).kernel
-    return any(kernel.device_type == _XLA_DEVICE for kernel in registered)
 
 
 def hlo_text(function: Any, specs: list) -> str:
