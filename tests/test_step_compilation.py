@@ -227,3 +227,26 @@ def test_nan_checks_and_exact_stop_steps_are_unchanged(strategy, use_tpu):
     model = make_model(get_variable_mlp, strategy=strategy, k=4, jit_compile=True, use_tpu=use_tpu)
     model.fit(input_fn, callbacks=[kte.StopAtStep(steps=6)], verbose=0)
     assert model.global_step == 6  # an execution of 4, then one of 2
+
+
+def unfetched_ops_model_fn(features, labels, mode, params):
+    """An Adam update built in every mode and a counter update nothing fetches (TF1: it never runs)."""
+    counters = [
+        tf.compat.v1.get_variable(name, [], tf.float32, tf.compat.v1.zeros_initializer(), trainable=False)
+        for name in ("unfetched", "fetched")
+    ]
+    counters[0].assign_sub(1.0)
+    output = tf.compat.v1.layers.dense(features["x"], 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, output)
+    with tf.control_dependencies([counters[1].assign_sub(1.0)]):
+        train_op = tf.compat.v1.train.AdamOptimizer(0.01).minimize(loss, tf.compat.v1.train.get_or_create_global_step())
+    return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op if mode == kte.ModeKeys.TRAIN else None)
+
+
+def test_only_what_the_step_fetches_runs_under_xla(strategy):
+    model = make_model(unfetched_ops_model_fn, strategy=strategy, jit_compile=True)
+    model.fit(input_fn, steps_per_epoch=4, epochs=1, verbose=0)
+    model.evaluate(input_fn, steps=4, verbose=0)
+    assert float(model.variables_by_name["unfetched"].numpy()) == 0.0
+    assert float(model.variables_by_name["fetched"].numpy()) == -4.0  # training steps only
+    assert model.global_step == 4
