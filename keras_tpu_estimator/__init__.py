@@ -56,6 +56,7 @@ from keras_tpu_estimator.tpu_estimator import (
     inference_on_tpu,
     model_fn_inference_on_tpu,
 )
+from keras_tpu_estimator.tpu_readiness import TPUCompatibilityReport
 from keras_tpu_estimator.variables import NewVariableAfterBuildError
 
 _compat.check_versions()
@@ -79,6 +80,7 @@ __all__ = [
     "StepLogger",
     "StepSummaries",
     "StopAtStep",
+    "TPUCompatibilityReport",
     "TPUConfig",
     "TPUContext",
     "TPUEstimator",

@@ -1,7 +1,7 @@
 """Run configuration: `RunConfig`, `TPUConfig`, `InputPipelineConfig` and loop-size parsing.
 
 Pure values and their validation; nothing here touches TensorFlow state.
-Fields that only meant something to TF1 sessions (`session_config`,
+Fields that only meant something to TF1 sessions (`session_config` but its XLA switch,
 `device_fn`, ...) are accepted and stored so old scripts construct, and
 documented as ignored.
 """
@@ -347,7 +347,14 @@ class RunConfig:
             checkpoint, as the original's Saver did (default True).
         eval_distribute: The CPU path's evaluation strategy (the strategy path
             evaluates on the training strategy).
-        session_config, device_fn, protocol,
+        jit_compile: `True` compiles each replica step with XLA off a TPU
+            (this library's keyword; the models' `jit_compile="auto"` reads
+            it), `False` never; None (default) leaves it to `session_config`.
+        session_config: A TF1 `ConfigProto`; its XLA switch
+            (`graph_options.optimizer_options.global_jit_level` `ON_1` or
+            `ON_2`) turns on XLA auto-clustering of the replica step, the rest
+            is ignored (TF1 session settings).
+        device_fn, protocol,
         experimental_max_worker_delay_secs, session_creation_timeout_secs:
             Accepted and ignored (TF1 session settings).
 
@@ -383,6 +390,7 @@ class RunConfig:
     experimental_max_worker_delay_secs: int | None = None
     session_creation_timeout_secs: int = 7200
     checkpoint_save_graph_def: bool = True
+    jit_compile: bool | None = None
     task_type: str | None = dataclasses.field(init=False, default=None)
     task_id: int = dataclasses.field(init=False, default=0)
     is_chief: bool = dataclasses.field(init=False, default=True)
@@ -422,6 +430,8 @@ class RunConfig:
             raise ValueError("protocol should be grpc or grpc+verbs")
         if self.session_config is not None and not isinstance(self.session_config, tf.compat.v1.ConfigProto):
             raise ValueError("session_config must be instance of ConfigProto")
+        if self.jit_compile not in (None, True, False):
+            raise ValueError(f"jit_compile must be True, False or None. Received: {self.jit_compile!r}")
         if self.device_fn is not None and not (
             callable(self.device_fn) and function_args(self.device_fn) == ("op",)
         ):
@@ -473,7 +483,7 @@ class RunConfig:
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with `changes` applied (and validated), as the Estimator's `replace`.
 
-        Only the Estimator's replaceable properties (and `tpu_config`) may
+        Only the Estimator's replaceable properties (and `tpu_config`, `jit_compile`) may
         change. Setting one of `save_checkpoints_steps` / `save_checkpoints_secs`
         to a value clears the other; setting both to values is an error.
 
@@ -484,7 +494,7 @@ class RunConfig:
         ```
         """
         for key in changes:
-            if key not in _REPLACEABLE and key != "tpu_config":
+            if key not in _REPLACEABLE and key not in ("tpu_config", "jit_compile"):  # the latter two: this library's
                 raise ValueError(
                     f"Replacing {key} is not supported. Allowed properties are {list(_REPLACEABLE)}."
                 )

@@ -30,6 +30,7 @@ import tensorflow as tf
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.fetches import run_fetched
 from keras_tpu_estimator.inputs import batch_tensor
+from keras_tpu_estimator.step_compilation import StepCompilation, compiled_run
 
 ReplicaStep = Callable[[Any], dict]
 """Runs in replica context on one batch; returns `{"loss", "weight", "outputs", "host"}`.
@@ -107,6 +108,7 @@ def make_loop_function(
     replica_tail: Callable[[dict], dict] | None = None,
     require_rows: bool = False,
     host_from_first_replica: bool = False,
+    compilation: StepCompilation = StepCompilation.NONE,
 ) -> Callable[[Any, tf.Tensor], ExecutionResult]:
     """Builds `loop(iterator, num_steps) -> ExecutionResult`.
 
@@ -136,6 +138,9 @@ def make_loop_function(
         host_from_first_replica: Keep the first local replica's host tensors
             only (the CPU path: the Estimator ran the hooks of replica 0's
             spec), instead of concatenating every replica's.
+        compilation: How the replicas' step (with its `replica_tail`) is
+            compiled with XLA off a TPU (`step_compilation.py`); a
+            `TPUStrategy` compiles it anyway.
 
     Returns:
         A `tf.function`. Call it with an iterator of a distributed dataset and
@@ -192,15 +197,18 @@ def make_loop_function(
             with around_run():
                 return strategy.run(replica, args=(data,))
 
-        def traced() -> dict:
-            with around_run():
-                return strategy.run(replica_step, args=(data,))
+        def replicas(batch: Any) -> dict:
+            def traced() -> dict:
+                with around_run():
+                    return strategy.run(replica_step, args=(batch,))
 
-        result = run_fetched(traced)
-        if replica_tail is None:
-            return result
-        with around_run():
-            return strategy.run(replica_tail, args=(result,))
+            result = run_fetched(traced)
+            if replica_tail is None:
+                return result
+            with around_run():
+                return strategy.run(replica_tail, args=(result,))
+
+        return compiled_run(strategy, compilation, replicas, data)
 
     @tf.function(autograph=False)
     def loop(iterator: Any, num_steps: tf.Tensor, infinite: bool = False, single: bool = False) -> ExecutionResult:

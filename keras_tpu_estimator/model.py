@@ -32,7 +32,18 @@ from keras_tpu_estimator.logs import get_logger
 from keras_tpu_estimator.loop import make_loop_function
 from keras_tpu_estimator.model_fn import ModelFnRunner
 from keras_tpu_estimator.spec import ModeKeys, ModelFn, check_model_fn
+from keras_tpu_estimator.step_compilation import (
+    StepCompilation,
+    check_jit_compile,
+    resolve_step_compilation,
+)
 from keras_tpu_estimator.strategy import num_workers, resolve_strategy
+from keras_tpu_estimator.tpu_readiness import (
+    TPUCompatibilityReport,
+    check_model,
+    scratch_config,
+    tpu_cores,
+)
 from keras_tpu_estimator.trainer import EstimatorTrainer
 
 _log = get_logger(__name__)
@@ -63,6 +74,11 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             `train_op`: the model minimises the spec's loss with it.
         steps_per_execution: Steps per device execution; defaults to
             `config.tpu_config.iterations_per_loop`.
+        jit_compile: `True` compiles each replica step with XLA off a TPU (a
+            TPU always does), `False` does not; `"auto"` takes
+            `config.jit_compile`, else the TF1 switch `global_jit_level` of
+            `config.session_config` (XLA auto-clustering), else no XLA. See
+            `step_compilation.py`.
         name: The Keras model name.
 
     Example:
@@ -94,6 +110,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         predict_batch_size: int | None = None,
         optimizer: Any = None,
         steps_per_execution: int | str | None = None,
+        jit_compile: bool | str = "auto",
         name: str = "estimator_model",
     ):
         if not tf.executing_eagerly():
@@ -143,6 +160,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         }
         self._runner = ModelFnRunner(self, model_fn, params, config, strategy, use_tpu, batch_sizes)
         self._driver = ExecutionDriver(self, self._runner.host)
+        self._jit_setting = check_jit_compile(jit_compile, "jit_compile")
         self.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
 
     # ----------------------------------------------------------------- basics
@@ -260,16 +278,19 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         optimizer: Any = None,
         *,
         steps_per_execution: int | str | None = None,
+        jit_compile: bool | str | None = None,
         **kwargs: Any,
     ) -> None:
-        """Sets the Keras optimizer (if `model_fn` has no `train_op`) and `steps_per_execution`.
+        """Sets the Keras optimizer (if `model_fn` has no `train_op`), `steps_per_execution`, `jit_compile`.
 
         `loss` and `metrics` come from `model_fn`; passing them is an error.
+        `jit_compile` is as the constructor's; None keeps the model's.
 
         Example:
 
         ```python
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), steps_per_execution=100)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), steps_per_execution=100,
+                      jit_compile=True)
         ```
         """
         unsupported = {k: v for k, v in kwargs.items() if v not in (None, False)}
@@ -286,7 +307,14 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         elif optimizer is not None and not isinstance(optimizer, keras.optimizers.Optimizer):
             with self.distribute_strategy.scope():
                 optimizer = keras.optimizers.get(optimizer)
-        super().compile(optimizer=optimizer, steps_per_execution=1, jit_compile=False)
+        if jit_compile is not None:
+            self._jit_setting = check_jit_compile(jit_compile, "jit_compile")
+        self._step_compilation = resolve_step_compilation(self._jit_setting, self.config)
+        super().compile(
+            optimizer=optimizer,
+            steps_per_execution=1,
+            jit_compile=self._step_compilation is StepCompilation.MUST,
+        )
         if optimizer is None and self._runner.built(ModeKeys.TRAIN) and not self._runner.uses_keras_optimizer:
             self.optimizer = self._runner.train_op_optimizer()  # what model_fn's train_op uses
         loop = steps_per_execution or self.config.tpu_config.iterations_per_loop
@@ -330,6 +358,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
                 and not _compat.is_tpu_strategy(strategy)  # static shapes: no empty replica
             ),
             host_from_first_replica=not self._runner.use_tpu,  # the Estimator's replica 0 hooks
+            compilation=self._step_compilation,
         )
 
     def _after_train_execution(self) -> tuple[list, tf.Tensor]:
@@ -379,6 +408,33 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         }[mode]
         return make().get_concrete_function(iter(dataset), tf.TensorSpec([], tf.int32))
 
+    def check_tpu_compatibility(
+        self, input_fn: Any, modes: str | Sequence[str] = ("train", "eval", "predict")
+    ) -> TPUCompatibilityReport:
+        """Whether `model_fn` will compile for a TPU, checked here with XLA (`tpu_readiness.py`).
+
+        Builds each mode's replica step as a TPU core gets it (the mode's
+        global batch over `TPUConfig.num_shards` cores, else 8; EVAL and PREDICT
+        padded) in a scratch copy of this model, and compiles it with XLA.
+        This model, its variables, global step and `model_dir` are untouched.
+
+        Example:
+
+        ```python
+        report = model.check_tpu_compatibility(input_fn)
+        print(report)     # "TPU compatibility: OK (8 TPU cores ...)", each mode with its HLO size
+        ```
+        """
+        runner = self._runner
+        optimizer = self.optimizer if isinstance(self.optimizer, keras.optimizers.Optimizer) else None
+        if runner.built(ModeKeys.TRAIN) and not runner.uses_keras_optimizer:
+            optimizer = None  # model_fn's train_op has its own
+        sizes = {mode: plan.global_size for mode, plan in runner.configured.items()}
+        return check_tpu_compatibility(
+            runner.model_fn, runner.params, self.config, sizes, input_fn, modes,
+            optimizer=optimizer, predict_keys=runner.predict_keys,
+        )
+
     def call(self, inputs: Any, training: bool = False) -> Any:
         """Not supported: `model_fn` runs only inside the model's device loop.
 
@@ -389,3 +445,44 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             "Call `model.predict(input)` instead: EstimatorModel runs model_fn only "
             "inside its own device loop."
         )
+
+
+def check_tpu_compatibility(
+    model_fn: ModelFn,
+    params: dict | None,
+    config: RunConfig,
+    batch_sizes: dict,
+    input_fn: Any,
+    modes: str | Sequence[str] = ("train", "eval", "predict"),
+    optimizer: Any = None,
+    predict_keys: Any = None,
+) -> TPUCompatibilityReport:
+    """`tpu_readiness.check_model` on a scratch `EstimatorModel` of `model_fn` (one device, per-core batches).
+
+    `batch_sizes`: `{ModeKeys value: global batch or None}`. The scratch model
+    is on the default strategy with `TPUConfig.num_shards` (else 8) replicas'
+    worth of batch split off: each step sees one TPU core's batch.
+
+    Example:
+
+    ```python
+    report = check_tpu_compatibility(model_fn, {}, RunConfig(), {"train": 64}, input_fn, "train")
+    ```
+    """
+    if tf.distribute.has_strategy():
+        raise RuntimeError(
+            "check_tpu_compatibility builds a scratch model on one device: call it outside "
+            "`strategy.scope()` (the model's own strategy is not needed)."
+        )
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        optimizer = optimizer.__class__.from_config(optimizer.get_config())  # the user's keeps its state
+    scratch = EstimatorModel(
+        model_fn, params=params, config=scratch_config(config), use_tpu=True,
+        strategy=tf.distribute.get_strategy(), optimizer=optimizer, name="tpu_compatibility_check",
+        train_batch_size=batch_sizes.get(ModeKeys.TRAIN), eval_batch_size=batch_sizes.get(ModeKeys.EVAL),
+        predict_batch_size=batch_sizes.get(ModeKeys.PREDICT),
+    )
+    scratch._runner.num_replicas = cores = tpu_cores(config)  # per-core batches, on one device
+    scratch._runner.tpu_program = True  # the step a TPU runs: TF1 summaries not written
+    scratch._runner.predict_keys = predict_keys
+    return check_model(scratch, input_fn, modes, cores)

@@ -178,6 +178,8 @@ class ModelFnRunner:
         self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (metric_ops.py)
         self.predict_keys: Sequence[str] | str | None = None  # the only predictions PREDICT computes
         self.initialised = False  # restored, or initialised with the Scaffold's init_op / init_fn
+        # Build the steps a TPU runs off one (`tpu_readiness.py`): TF1 summaries not written in the step.
+        self.tpu_program = False
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""
@@ -250,9 +252,9 @@ class ModelFnRunner:
             summaries = summary_names(graph)
             # TF1 summaries: written in TRAIN off a TPU, as the Estimator's SummarySaverHook
             # wrote them (tf1_summaries.py); its evaluate and predict wrote none, nor its TPU path.
-            writes_summaries = bool(summaries) and mode == ModeKeys.TRAIN and not _compat.is_tpu_strategy(self.strategy)
+            on_tpu = _compat.is_tpu_strategy(self.strategy) or self.tpu_program
+            writes_summaries = bool(summaries) and mode == ModeKeys.TRAIN and not on_tpu
             if summaries and not writes_summaries:
-                on_tpu = _compat.is_tpu_strategy(self.strategy)
                 _log.warning(
                     "model_fn creates TF1 summaries %s in %s mode. Summaries inside model_fn "
                     "are not written %s. Write them in host_call: "

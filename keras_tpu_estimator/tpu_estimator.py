@@ -13,6 +13,7 @@ a fresh graph), restores the latest checkpoint (or warm-starts), and runs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from keras_tpu_estimator.checkpoints import WarmStartSettings, as_warm_start_settings
@@ -28,9 +29,10 @@ from keras_tpu_estimator.estimator_calls import mode_strategy
 from keras_tpu_estimator.export import export_estimator_savedmodel
 from keras_tpu_estimator.inference import BatchConfig, inference_on_tpu, model_fn_inference_on_tpu
 from keras_tpu_estimator.logs import get_logger
-from keras_tpu_estimator.model import EstimatorModel
+from keras_tpu_estimator.model import EstimatorModel, check_tpu_compatibility
 from keras_tpu_estimator.plain_estimator import Estimator, _check_members_not_overridden
 from keras_tpu_estimator.spec import InputFn, ModeKeys, ModelFn, TPUEstimatorSpec
+from keras_tpu_estimator.tpu_readiness import TPUCompatibilityReport
 
 _log = get_logger(__name__)
 
@@ -149,6 +151,32 @@ class TPUEstimator(Estimator):
             use_tpu=use_tpu,
             strategy=None if use_tpu else mode_strategy(self._config, mode),
             **self._batch_sizes,
+        )
+
+    def check_tpu_compatibility(
+        self, input_fn: InputFn, mode: str | Sequence[str] = ("train", "eval", "predict")
+    ) -> TPUCompatibilityReport:
+        """Whether `model_fn` will compile for a TPU in `mode` (a `ModeKeys` value, or several), on any machine.
+
+        Builds the mode's replica step with one TPU core's batch (the
+        configured batch over `TPUConfig.num_shards` cores, else 8; EVAL and
+        PREDICT padded), compiles it with XLA and returns the report
+        (`tpu_readiness.py`). Nothing is trained; `model_dir` is untouched.
+
+        Example:
+
+        ```python
+        report = estimator.check_tpu_compatibility(train_input_fn, ModeKeys.TRAIN)
+        print(report)
+        ```
+        """
+        sizes = {
+            ModeKeys.TRAIN: self._batch_sizes["train_batch_size"],
+            ModeKeys.EVAL: self._batch_sizes["eval_batch_size"],
+            ModeKeys.PREDICT: self._batch_sizes["predict_batch_size"],
+        }
+        return check_tpu_compatibility(
+            self._model_fn, self._params, self._config, sizes, self._library_input_fn(input_fn), mode
         )
 
     def _export_options(self) -> dict:

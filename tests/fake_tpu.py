@@ -202,9 +202,9 @@ def context_report(strategy):
     }
 
 
-def make_model(params=None, model_fn=model_fn):
+def make_model(params=None, model_fn=model_fn, **kwargs):
     """On a fresh fake 8-core TPUStrategy, batches of 64 (8 per core)."""
-    return models.make_model(model_fn, tf.distribute.TPUStrategy(FakeTPUResolver()), params, batch=64)
+    return models.make_model(model_fn, tf.distribute.TPUStrategy(FakeTPUResolver()), params, batch=64, **kwargs)
 
 
 def main():
@@ -245,6 +245,12 @@ def main():
     identity.trace(input_fn)  # the build, then the TPU program: each starts from a fresh graph's collections
     report["tf1_identity"] = IDENTITY_SEEN
     report["tf1_summaries"] = tf1_summaries_report()
+    jit = make_model(jit_compile=True)  # a TPU compiles the step anyway: the same program
+    nodes = [node for node in graph_nodes(jit.trace(input_fn))]
+    report["jit_compile"] = {
+        "TPUReplicateMetadata": sum(node.op == "TPUReplicateMetadata" for node in nodes),
+        "xla_marks": sum(node.attr["_XlaCompile"].b or node.attr["_XlaMustCompile"].b for node in nodes),
+    }
     dynamic = make_model(params={"drop_remainder": False})
     try:
         dynamic.trace(input_fn)

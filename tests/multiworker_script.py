@@ -5,7 +5,8 @@ Usage: python -m tests.multiworker_script INDEX PORTS MODEL_DIR MAX_STEPS SECOND
 INDEX -1 runs alone (default strategy) with the same global batch. PORTS is a
 comma-separated list, one per worker. SECONDS is slept after every execution;
 MODEL_DIR/progress-INDEX gets the global step after each. FAIL is "input_fn"
-or "host_call": that worker raises there. Prints "START <step>" once the latest
+or "host_call": that worker raises there; or "xla": no failure, the replica step is
+compiled with XLA (`RunConfig(jit_compile=True)`). Prints "START <step>" once the latest
 checkpoint is restored, and saves its own final weights to MODEL_DIR/final-INDEX.npz.
 """
 
@@ -54,6 +55,7 @@ class Progress(keras.callbacks.Callback):
 
 def main(model_dir, max_steps, seconds, fail=None):
     tf.config.experimental.enable_op_determinism()
+    jit_compile = fail == "xla" or None
 
     def input_fn(params):
         if fail == "input_fn":
@@ -75,7 +77,7 @@ def main(model_dir, max_steps, seconds, fail=None):
 
     config = kte.RunConfig(
         model_dir=model_dir, save_checkpoints_steps=4, tf_random_seed=7,
-        train_distribute=STRATEGY, tpu_config=kte.TPUConfig(iterations_per_loop=4),
+        train_distribute=STRATEGY, tpu_config=kte.TPUConfig(iterations_per_loop=4), jit_compile=jit_compile,
     )
     estimator = kte.TPUEstimator(model_fn, config=config, params={"optimizer": "adam"},
                                  train_batch_size=32)

@@ -9,11 +9,11 @@ LAYERS = {
     "spec": 1, "config": 1,
     "strategy": 2, "variables": 2, "inputs": 2, "graph_input": 2, "checkpoints": 2, "meta_graph": 2, "legacy": 2, "cross_replica": 2, "tf1_summaries": 2,
     "serving": 2, "fetches": 2, "worker_errors": 2, "optimizer_view": 2, "model_dir": 2,
-    "model_dir_lock": 2, "batch_plan": 2, "estimator_args": 2,
+    "model_dir_lock": 2, "batch_plan": 2, "estimator_args": 2, "step_compilation": 2, "source_lines": 0,
     "tf1_saver": 2,  # imports checkpoints (2); legacy (2) enters its stand-in
     "invoke": 3, "loop": 3, "host": 3, "host_plan": 3, "host_loop": 3, "host_gather": 3, "metric_ops": 3, "padding": 3, "predictions": 3, "export": 3, "preemption": 3,
     "inference": 3, "step_tensors": 3, "profiler": 3, "input_deployment": 3,
-    "model_fn": 4, "driver": 4, "hook_graph": 4,
+    "model_fn": 4, "driver": 4, "hook_graph": 4, "tpu_readiness": 4,
     "trainer": 5, "model": 5, "session_hooks": 5, "batch_methods": 5, "keras_methods": 5,
     "callbacks": 6, "restore": 6,
     "estimator_calls": 7,  # the facade's train / evaluate / predict bodies

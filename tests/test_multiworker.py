@@ -95,6 +95,21 @@ def test_two_workers_train_like_one_process_and_only_the_chief_writes(tmp_path):
     assert sorted(os.listdir(scratch)) == []  # the worker's temporary copies are gone
 
 
+def test_two_workers_with_xla_train_like_one_process_without(tmp_path):
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    single.mkdir(), multi.mkdir()
+    codes, outputs = finish([start(-1, "0", single)])
+    assert codes == [0], outputs[0][-3000:]
+    ports = free_ports(2)
+    codes, outputs = finish([start(i, ports, multi, fail="xla") for i in range(2)])
+    assert codes == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    alone, chief = weights(single / "final--1.npz"), weights(multi / "final-0.npz")
+    assert chief.keys() == alone.keys()
+    for name in alone:
+        np.testing.assert_allclose(chief[name], alone[name], atol=1e-5, err_msg=name)
+    assert chief["global_step"] == 20
+
+
 def test_a_killed_worker_ends_the_other_and_both_resume_from_the_checkpoint(tmp_path):
     processes = start_slow_pair_and_wait(tmp_path, worker=0, step=12)
     processes[1].send_signal(signal.SIGKILL)

@@ -27,6 +27,8 @@ def test_quickstart_notebook_runs(tmp_path):
     )
     images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
     assert "global step: 300" in text
+    # The TPU-readiness check runs before the model trains, and passes (tests/test_tpu_readiness.py).
+    assert "TPU compatibility: OK" in text and "train: per-core batch 8; compiled, " in text
     assert "100 predictions (exactly the 100 input rows)" in text
     # evaluate() returns NumPy scalars, as the original did (`np.int64(200)` under NumPy 2).
     assert re.search(r"'global_step': (np\.int64\()?200", text) and "layer_0/kernel" in text

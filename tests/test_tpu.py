@@ -100,3 +100,8 @@ def test_the_context_on_a_tpu_strategy_is_the_originals_on_8_cores(report):
     assert programs.as_devices(report["context"]["input_fn"]) == programs.as_devices(original["input_fn"][0])
     assert programs.as_devices(report["context"]["model_fn"]) == programs.as_devices(original["model_fn"][0])
     assert report["context"]["model_fn"]["device_for_replica(r)"][7] == ["/job:localhost/replica:0/task:0/device:CPU:0", 7]
+
+
+def test_jit_compile_leaves_the_tpu_program_as_it_was(report):
+    """Under a TPUStrategy the step is compiled already: jit_compile adds no XLA marks of its own."""
+    assert report["jit_compile"] == {"TPUReplicateMetadata": 1, "xla_marks": 0}

@@ -18,6 +18,7 @@ flags.DEFINE_integer("eval_steps", 2, "Total number of evaluation steps.")
 flags.DEFINE_integer("iterations", 4, "Number of iterations per TPU training loop.")
 flags.DEFINE_float("learning_rate", 0.5, "Learning rate.")
 flags.DEFINE_string("result_file", None, "Where to write the results as JSON.")
+flags.DEFINE_bool("use_xla", False, "Turn on XLA JIT compilation (the session's global_jit_level).")
 FLAGS = flags.FLAGS
 
 IMAGE_PIXELS = 36
@@ -88,9 +89,14 @@ def predict_input_fn(params):
 def main(argv):
     del argv
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    session_config = None
+    if FLAGS.use_xla:
+        session_config = tf.compat.v1.ConfigProto()
+        session_config.graph_options.optimizer_options.global_jit_level = tf.compat.v1.OptimizerOptions.ON_1
     run_config = tf.estimator.tpu.RunConfig(
         model_dir=FLAGS.model_dir,
         save_checkpoints_steps=8,
+        session_config=session_config,
         tpu_config=tf.estimator.tpu.TPUConfig(FLAGS.iterations))
     estimator = tf.estimator.tpu.TPUEstimator(
         model_fn=model_fn,

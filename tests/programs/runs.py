@@ -53,6 +53,9 @@ class Run:
 RUNS = {
     "mnist_tpu_namespace": Run(
         "mnist_tpu_namespace", differences={"all": {"checkpoints": ([8, 12], NO_STEP_0_CHECKPOINT)}}),
+    # The TF1 XLA switch (session_config's global_jit_level=ON_1): XLA auto-clustering of the step here.
+    "mnist_tpu_namespace_xla": Run(
+        "mnist_tpu_namespace", ("--use_xla",), differences={"all": {"checkpoints": ([8, 12], NO_STEP_0_CHECKPOINT)}}),
     # Batch norm normalizes each replica's rows (as on TPU cores): one replica's numbers only.
     "resnet_graph_mode": Run("resnet_graph_mode", paths=("cpu", "tpu")),
     "resnet_graph_mode_no_bn": Run("resnet_graph_mode", ("--batch_norm=false",), paths=("mirrored",)),
