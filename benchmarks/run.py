@@ -23,6 +23,13 @@ report medians. What it measures:
    MLP at 100), and the cost of the NaN/Inf check of every trainable variable after each training
    execution (1 - with/without at steps_per_execution 1, MLP and tiny; "without" patches
    `EstimatorModel._after_train_execution` in that process only, see `_disable_finite_check`).
+   XLA rows ("xla", MLP at 1, 32 and 100): the raw loop with its step in a
+   `tf.function(jit_compile=True)` called from a plain `tf.function` loop (as Keras and the bridge
+   compile the step, not the loop or the iterator), Keras `compile(jit_compile=True)` and
+   `EstimatorModel(..., jit_compile=True)`; their ratios are against the XLA raw and Keras rows.
+   The cost of `eval_metrics` on the strategy path (1 - with/without, MLP, `EstimatorModel(...,
+   use_tpu=True).evaluate` of the TF1 program in `benchmarks/workloads.py` at steps_per_execution
+   1, 32 and 100, "eval metrics" against "eval no-metrics", in wall and CPU time).
 2. Evaluate with `eval_metrics` (second table): `TPUEstimator(model_fn, config=RunConfig(model_dir,
    tpu_config=TPUConfig(iterations_per_loop=N)), use_tpu=False, train_batch_size=128,
    eval_batch_size=128).evaluate(input_fn, steps=S)` at N = 1, 32, 100, on the bridge's facade
