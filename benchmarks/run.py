@@ -23,6 +23,13 @@ report medians. What it measures:
    MLP at 100), and the cost of the NaN/Inf check of every trainable variable after each training
    execution (1 - with/without at steps_per_execution 1, MLP and tiny; "without" patches
    `EstimatorModel._after_train_execution` in that process only, see `_disable_finite_check`).
+   XLA rows ("xla", MLP at 1, 32 and 100): the raw loop with its step in a
+   `tf.function(jit_compile=True)` called from a plain `tf.function` loop (as Keras and the bridge
+   compile the step, not the loop or the iterator), Keras `compile(jit_compile=True)` and
+   `EstimatorModel(..., jit_compile=True)`; their ratios are against the XLA raw and Keras rows.
+   The cost of `eval_metrics` on the strategy path (1 - with/without, MLP, `EstimatorModel(...,
+   use_tpu=True).evaluate` of the TF1 program in `benchmarks/workloads.py` at steps_per_execution
+   1, 32 and 100, "eval metrics" against "eval no-metrics", in wall and CPU time).
 2. Evaluate with `eval_metrics` (second table): `TPUEstimator(model_fn, config=RunConfig(model_dir,
    tpu_config=TPUConfig(iterations_per_loop=N)), use_tpu=False, train_batch_size=128,
    eval_batch_size=128).evaluate(input_fn, steps=S)` at N = 1, 32, 100, on the bridge's facade
@@ -150,16 +157,32 @@ def _measure(config: dict) -> dict:
         return kte.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, host_call=host_call)
 
     kind = config["kind"]
+    xla = bool(config.get("xla"))  # jit_compile=True: Keras' compile, the raw step, the bridge's replica step
     patched_calls = _disable_finite_check() if kind == "bridge no-finite-check" else None
-    if kind in ("bridge", "bridge+host_call", "bridge no-finite-check"):
-        model = kte.EstimatorModel(model_fn, train_batch_size=batch, steps_per_execution=spe)
+    if kind in ("eval metrics", "eval no-metrics"):  # the strategy path's evaluate, with/without eval_metrics
+        from benchmarks.workloads import make_input_fn, make_model_fn
+
+        tpu_model_fn = make_model_fn(kte.TPUEstimatorSpec)
+
+        def eval_model_fn(features, labels, mode, params):
+            spec = tpu_model_fn(features, labels, mode, params)
+            return spec._replace(eval_metrics=None) if kind == "eval no-metrics" and mode == "eval" else spec
+
+        model = kte.EstimatorModel(eval_model_fn, use_tpu=True, train_batch_size=batch, eval_batch_size=batch,
+                                   steps_per_execution=spe)
+        eval_input = make_input_fn()
+        model.fit(eval_input, callbacks=[kte.StopAtStep(steps=10)], verbose=0)
+        run = lambda n: model.evaluate(eval_input, steps=n, verbose=0)  # noqa: E731
+    elif kind in ("bridge", "bridge+host_call", "bridge no-finite-check"):
+        extra = {"jit_compile": True} if xla else {}  # the API of issue 32
+        model = kte.EstimatorModel(model_fn, train_batch_size=batch, steps_per_execution=spe, **extra)
         run = lambda n: model.fit(lambda params: dataset(params["batch_size"]),  # noqa: E731
                                   callbacks=[kte.StopAtStep(steps=n)], verbose=0)
     elif kind == "keras":
         model = keras.Sequential([keras.Input((inputs,)), *layers()])
         optimizer = keras.optimizers.Adam(1e-3) if config["workload"] == "mlp" else keras.optimizers.SGD(0.01)
         model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      steps_per_execution=spe)
+                      steps_per_execution=spe, jit_compile=xla)
         data = dataset().map(lambda f, labels: (f["x"], labels))
         run = lambda n: model.fit(data, steps_per_epoch=n, epochs=1, verbose=0)  # noqa: E731
     elif kind in ("raw", "raw+input"):
@@ -168,14 +191,20 @@ def _measure(config: dict) -> dict:
         optimizer.build(model.trainable_variables)
         built = iter(dataset())
 
+        # With xla, the step is compiled and the loop around it is not (as Keras' jit_compile and the
+        # bridge's: the iterator stays outside XLA).
+        @tf.function(jit_compile=True if xla else None)
+        def train_step(features, labels):
+            with tf.GradientTape() as tape:
+                loss = loss_of(labels, model(features["x"]))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+
         @tf.function
         def loop(iterator, n):
             for _ in tf.range(n):
                 features, labels = next(iterator)
-                with tf.GradientTape() as tape:
-                    loss = loss_of(labels, model(features["x"]))
-                grads = tape.gradient(loss, model.trainable_variables)
-                optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+                train_step(features, labels)
 
         def run(n):
             # "raw+input" builds its dataset and iterator per call, as a TPUEstimator/bridge call
@@ -233,7 +262,15 @@ def configurations(quick: bool) -> list[dict]:
             steps = (200 if spe == 1 else 1000) // div // spe * spe or spe
             for kind in ("raw", "raw+input", "keras", "bridge"):
                 train.append({"workload": workload, "spe": spe, "kind": kind, "steps": steps})
+    for spe in (1, 32, 100):  # jit_compile=True (XLA): the MLP only
+        steps = (200 if spe == 1 else 1000) // div // spe * spe or spe
+        for kind in ("raw", "keras", "bridge"):
+            train.append({"workload": "mlp", "spe": spe, "kind": kind, "steps": steps, "xla": True})
     train.append({"workload": "mlp", "spe": 100, "kind": "bridge+host_call", "steps": 1000 // div // 100 * 100})
+    for spe in (1, 32, 100):  # evaluate's eval_metrics on the strategy path: with and without, side by side
+        for kind in ("eval metrics", "eval no-metrics"):
+            train.append({"workload": "mlp", "spe": spe, "kind": kind, "steps": 800 // div // spe * spe or spe,
+                          "ab": "eval_metrics"})
     for kind in ("predict raw", "predict padded"):
         train.append({"workload": "mlp", "spe": 100, "kind": kind, "steps": 1000 // div // 100 * 100})
     for workload in ("mlp", "tiny"):  # the NaN/Inf check A/B: longer runs than the table's, side by side
@@ -341,7 +378,7 @@ def main(argv: list[str] | None = None) -> dict:
           f" {'vs raw':>7s} {'vs raw+in':>9s} {'vs keras':>8s} {'RSS MB':>7s}")
     for job in jobs:
         config = job["config"]
-        if job["group"] != "train" or config["kind"].startswith("predict"):
+        if job["group"] != "train" or config["kind"].startswith(("predict", "eval")):
             continue
         rate, cpu, rss = (median(job, k) for k in ("rate", "cpu_rate", "peak_rss_mb"))
         base = {k: v for k, v in config.items() if k not in ("kind", "ab")}
@@ -349,7 +386,7 @@ def main(argv: list[str] | None = None) -> dict:
         report["train"].append({**config, "rate": rate, "cpu_rate": cpu, "peak_rss_mb": rss,
                                 "vs_raw": _ratio(rate, raw), "vs_raw_input": _ratio(rate, raw_input),
                                 "vs_keras": _ratio(rate, keras_rate)})
-        label = config["kind"] + (" (A/B)" if config.get("ab") else "")
+        label = config["kind"] + (" xla" if config.get("xla") else "") + (" (A/B)" if config.get("ab") else "")
         print(f"{config['workload']:8s} {config['spe']:4d} {label:28s} {rate:9.1f} {cpu:10.1f}"
               f" {_fmt(_ratio(rate, raw), 7)} {_fmt(_ratio(rate, raw_input), 9)}"
               f" {_fmt(_ratio(rate, keras_rate), 8)} {rss:7.0f}")
@@ -376,6 +413,15 @@ def main(argv: list[str] | None = None) -> dict:
         report["summary"]["finite_check_cost_cpu"][workload] = cost_cpu
         print(f"NaN/Inf check ({workload}, spe 1, {ab[0]['config']['steps']} steps): costs"
               f" {100 * (1 - with_check / without):.1f} % (1 - with/without: {with_check:.1f} / {without:.1f}"
+              f" steps/s; per CPU-s {100 * cost_cpu:.1f} %)")
+    report["summary"]["eval_metrics_cost"] = {}
+    for spe in (1, 32, 100):  # 1 - with/without, in wall and CPU time
+        ab = [j for j in jobs if j["config"].get("ab") == "eval_metrics" and j["config"]["spe"] == spe]
+        with_metrics, without = (median(j) for j in ab)
+        cost_cpu = 1 - median(ab[0], "cpu_rate") / median(ab[1], "cpu_rate")
+        report["summary"]["eval_metrics_cost"][spe] = {"wall": 1 - with_metrics / without, "cpu": cost_cpu}
+        print(f"eval_metrics (strategy path, mlp, spe {spe}, {ab[0]['config']['steps']} steps): costs"
+              f" {100 * (1 - with_metrics / without):.1f} % (1 - with/without: {with_metrics:.1f} / {without:.1f}"
               f" steps/s; per CPU-s {100 * cost_cpu:.1f} %)")
     if not original:
         print(f"\n(no original TPUEstimator: {ORIGINAL_PYTHON} is missing and --original was not given;"

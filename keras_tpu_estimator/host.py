@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
+from keras_tpu_estimator.host_gather import GatheredSteps
 from keras_tpu_estimator.host_loop import build_steps_loop, steps_feeds
 from keras_tpu_estimator.host_plan import HostPart, HostPlan, drop_padding
 from keras_tpu_estimator.logs import get_logger
@@ -422,6 +423,7 @@ class HostRunner:
         self._pending: concurrent.futures.Future | None = None
         self._calls: list[str] = []  # modes of the calls in progress (validation inside fit)
         self._warned_uneven = False
+        self._gathered = GatheredSteps()  # one-step EVAL executions not yet handed over
         self.tf1_summaries = TF1Summaries()  # model_fn's tf.compat.v1.summary.* in TRAIN
 
     def record(
@@ -460,8 +462,10 @@ class HostRunner:
         Session when no other call is in progress: calls nest, as validation
         in `fit`). A host error found while the body raised is only logged.
         """
-        if mode == ModeKeys.EVAL and self.metrics is not None:
-            self.metrics.reset()
+        if mode == ModeKeys.EVAL:
+            self._gathered.clear()  # left by a call whose host side failed
+            if self.metrics is not None:
+                self.metrics.reset()
         self._calls.append(mode)
         try:
             yield self
@@ -492,6 +496,8 @@ class HostRunner:
                     closing.callback(self.metrics.close, keep_results)
                 if ending and mode == ModeKeys.TRAIN:  # also when fit raised: the next fit starts off
                     closing.callback(self.tf1_summaries.stop)
+                if ending and mode == ModeKeys.EVAL:
+                    closing.callback(self._gathered.clear)
 
     def metric_results(self) -> dict[str, float]:
         """`{name: value}` of `eval_metrics` over the current (or last) evaluation; drains first."""
@@ -545,8 +551,25 @@ class HostRunner:
         `last_step`: in TRAIN, the global step after the execution (None: one
         more per step). One thread keeps the steps in order; at most one
         execution is pending; its errors are raised here or at `drain`.
+        In EVAL, one-step executions are gathered and run together
+        (`host_gather.py`); a longer execution takes the gathered ones along.
         """
+        if mode == ModeKeys.EVAL and self._gathered.accepts(first_step):
+            if self._gathered.add(host, first_step, steps) is False and steps == 1:
+                return  # more one-step executions may join before the host runs them
+            self._run_gathered()
+            return
         self.drain()
+        self._start(mode, host, first_step, steps, last_step)
+
+    def _run_gathered(self) -> None:
+        """Hands the gathered EVAL executions to the host thread as one."""
+        if self._gathered:
+            host, first_step, steps = self._gathered.take()
+            self._wait()
+            self._start(ModeKeys.EVAL, host, first_step, steps, None)
+
+    def _start(self, mode: str, host: list, first_step: int, steps: int, last_step: int | None) -> None:
         plan = self._plans[mode]
         # Sessions open here: a Session's first runs cost 20-30 ms more on a thread
         # that never ran one (oneDNN's set-up), and the host thread is new in each call.
@@ -565,7 +588,12 @@ class HostRunner:
         self._pending = self._worker.submit(self._run_execution, mode, host, first_step, steps, last_step)
 
     def drain(self) -> None:
-        """Waits for pending host steps; re-raises their error in the caller."""
+        """Runs gathered steps and waits for pending ones; re-raises their error in the caller."""
+        self._wait()  # an earlier error first, before running more
+        self._run_gathered()
+        self._wait()
+
+    def _wait(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()

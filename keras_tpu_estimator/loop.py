@@ -272,6 +272,8 @@ def make_loop_function(
         def gathered(array: tf.TensorArray, spec: tf.TensorSpec, stack: bool) -> tf.Tensor:
             if not stack and spec.shape[1:].is_fully_defined():  # an empty array concatenates to [0, ...]
                 return array.concat()
+            if single and infinite and not require_rows:  # its one step surely ran: no branch
+                return array.stack() if stack else array.concat()
             # An execution that found the input ended has nothing to stack.
             empty = [0] * stack + ([0] + [d or 0 for d in spec.shape[1:].as_list()] if spec.shape.rank else [])
             return tf.cond(

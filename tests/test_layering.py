@@ -11,7 +11,7 @@ LAYERS = {
     "serving": 2, "fetches": 2, "worker_errors": 2, "optimizer_view": 2, "model_dir": 2,
     "model_dir_lock": 2, "batch_plan": 2, "estimator_args": 2, "step_compilation": 2, "source_lines": 0,
     "tf1_saver": 2,  # imports checkpoints (2); legacy (2) enters its stand-in
-    "invoke": 3, "loop": 3, "host": 3, "host_plan": 3, "host_loop": 3, "metric_ops": 3, "padding": 3, "predictions": 3, "export": 3, "preemption": 3,
+    "invoke": 3, "loop": 3, "host": 3, "host_plan": 3, "host_loop": 3, "host_gather": 3, "metric_ops": 3, "padding": 3, "predictions": 3, "export": 3, "preemption": 3,
     "inference": 3, "step_tensors": 3, "profiler": 3, "input_deployment": 3,
     "model_fn": 4, "driver": 4, "hook_graph": 4, "tpu_readiness": 4,
     "trainer": 5, "model": 5, "session_hooks": 5, "batch_methods": 5, "keras_methods": 5,
