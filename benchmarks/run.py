@@ -5,9 +5,10 @@ from the repository root (after `bash scripts/setup.sh`). `--original` is the py
 TPUEstimator (TF 2.15.1 + tensorflow-estimator 2.15; default /root/.cache/tpu-estimator-2.15/bin/python
 if it exists, else its columns are skipped with a note; `bash /work/shared/original/setup.sh` builds
 it). `--json PATH` writes every median (and the samples) to PATH; `--samples PATH` prints the tables
-again from such a file. `--quick` runs a quarter of the steps. `--quick --rounds 1` takes about
-three minutes on 2 cores (37 processes of 3-10 s each, mostly imports and tracing); a full round
-somewhat longer.
+again from such a file. `--quick` runs a quarter of the steps. `--quick --rounds 1` took about
+three minutes on 2 cores before the XLA and strategy-path `eval_metrics` rows were added (37
+processes of 3-10 s each, mostly imports and tracing) and 13 minutes with them on a loaded VM
+(2026-12-02); a full round somewhat longer.
 
 Every measurement runs in its own process (one configuration, warm-up, then timed steps), rounds
 are interleaved (each round runs every configuration once, in the same order), and the tables
