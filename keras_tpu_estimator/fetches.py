@@ -46,11 +46,7 @@ def run_fetched(fn: Callable[[], Any], name: str = "fetched_step") -> Any:
         return run_fetched(traced)
     ```
     """
-    with _compat.scratch_graph(name) as graph:
-        result = fn()
-    flat = tf.nest.flatten(result, expand_composites=True)
-    copied = _compat.copy_needed_ops(graph, flat)
-    return tf.nest.pack_sequence_as(result, copied, expand_composites=True)
+    return _compat.trace_needed(fn, name)[0]
 
 
 _WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})

@@ -31,6 +31,7 @@ from keras_tpu_estimator._compat.graph_copy import (  # noqa: F401  (part of thi
     merge_calls_under_creator,
     replace_reads,
     scratch_graph,
+    trace_needed,
 )
 from keras_tpu_estimator._compat.patching import swapped_attribute  # noqa: F401  (part of this module's API)
 from keras_tpu_estimator._compat.strategy_scope import default_strategy, only_strategy_scope  # noqa: F401  (part of this module's API)

@@ -10,7 +10,7 @@ import collections
 import contextlib
 import heapq
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -146,6 +146,21 @@ def _recreate(graph: tf.Graph, op: tf.Operation, inputs: list, control: list) ->
     return copy
 
 
+def trace_needed(fn: Callable[[], Any], name: str) -> tuple[Any, list[tf.Operation]]:
+    """Traces `fn()` in a `scratch_graph` and copies what its result needs into the current graph.
+
+    Returns `fn()`'s result with each tensor and operation replaced by its copy,
+    and the ops of the trace that were copied, in creation order (they keep
+    their creation tracebacks; the copies' point at this module).
+    """
+    with scratch_graph(name) as graph:
+        result = fn()
+    flat = tf.nest.flatten(result, expand_composites=True)
+    copied, copies = _copy_needed(graph, flat)
+    kept = [op for op in graph.get_operations() if op in copies]
+    return tf.nest.pack_sequence_as(result, copied, expand_composites=True), kept
+
+
 def copy_needed_ops(graph: tf.Graph, values: list) -> list:
     """Copies the ops of `graph` that `values` need into the current graph; returns the copies.
 
@@ -158,6 +173,11 @@ def copy_needed_ops(graph: tf.Graph, values: list) -> list:
     `Graph._create_op_internal`, `handle_data_util.copy_handle_data`).
     Values that are not of `graph` are returned as they are.
     """
+    return _copy_needed(graph, values)[0]
+
+
+def _copy_needed(graph: tf.Graph, values: list) -> tuple[list, dict]:
+    """`copy_needed_ops`, also returning `{original op: its copy}`."""
     if graph.deferred_external_captures:
         raise NotImplementedError(
             "model_fn captured a value that is only known when the step runs "
@@ -195,7 +215,7 @@ def copy_needed_ops(graph: tf.Graph, values: list) -> list:
             result.append(tensors[value.ref()])
         else:
             result.append(value)
-    return result
+    return result, copies
 
 
 def _variable_key(handle: tf.Tensor) -> int:
