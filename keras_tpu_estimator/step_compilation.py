@@ -99,16 +99,18 @@ def _one_device(strategy: tf.distribute.Strategy) -> bool:
 
 
 def _refuse_uncompilable(ops: list) -> None:
-    for op in ops:
-        if _xla.missing_xla_kernel(op):
-            line = user_line(op)
-            raise ValueError(
-                f"jit_compile=True: XLA cannot compile op '{op.name}' (type {op.type}), made "
-                f"{'at ' + line if line else 'by model_fn'}, in the replica step. Move it to a "
-                "`host_call` (or compute it outside `model_fn`), or turn XLA off for this model "
-                "(`jit_compile=False`); `RunConfig(session_config=...)` with `global_jit_level=ON_1` "
-                "compiles what XLA can and runs the rest as before."
-            )
+    """Raises for the first op of `ops`, or of a `tf.cond` / `while` body they call, XLA cannot compile."""
+    uncompilable = _xla.ops_without_xla_kernel(ops)
+    if uncompilable:
+        op = uncompilable[0]
+        line = user_line(op)
+        raise ValueError(
+            f"jit_compile=True: XLA cannot compile op '{op.name}' (type {op.type}), made "
+            f"{'at ' + line if line else 'by model_fn'}, in the replica step. Move it to a "
+            "`host_call` (or compute it outside `model_fn`), or turn XLA off for this model "
+            "(`jit_compile=False`); `RunConfig(session_config=...)` with `global_jit_level=ON_1` "
+            "compiles what XLA can and runs the rest as before."
+        )
 
 
 def compiled_run(

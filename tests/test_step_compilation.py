@@ -154,6 +154,24 @@ def test_jit_compile_refuses_an_op_xla_cannot_compile_naming_it(strategy, string
         model.fit(input_fn, steps_per_epoch=2, epochs=1, verbose=0)
 
 
+def cond_py_function_model_fn(features, labels, mode, params):
+    """A `tf.py_function` inside a `tf.cond` branch of the step."""
+    def scaled():
+        value = tf.py_function(lambda x: x * 0 + 1.0, [tf.reduce_mean(features["x"])], tf.float32)
+        value.set_shape([])
+        return value
+
+    scale = tf.cond(tf.reduce_sum(features["x"]) > -1e9, scaled, lambda: tf.constant(1.0))
+    spec = get_variable_mlp(features, labels, mode, params)
+    return spec if spec.loss is None else spec._replace(loss=spec.loss * scale)
+
+
+def test_jit_compile_refuses_an_op_xla_cannot_compile_inside_a_cond_branch(strategy):
+    model = make_model(cond_py_function_model_fn, strategy=strategy, jit_compile=True)
+    with pytest.raises(ValueError, match=r"XLA cannot compile op .*EagerPyFunc.*test_step_compilation\.py:\d+"):
+        model.fit(input_fn, steps_per_epoch=2, epochs=1, verbose=0)
+
+
 def _on_1():
     options = tf.compat.v1.OptimizerOptions(global_jit_level=tf.compat.v1.OptimizerOptions.ON_1)
     return tf.compat.v1.ConfigProto(graph_options=tf.compat.v1.GraphOptions(optimizer_options=options))

@@ -14,7 +14,8 @@ lists the `XLA_*_JIT` kernels once XLA has compiled something in the process
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2 as _attr_value_pb2
@@ -23,6 +24,8 @@ from tensorflow.python.framework import kernels as _kernels
 # Graph plumbing the XLA bridge handles itself rather than through a kernel.
 _PLUMBING = frozenset({"Placeholder", "NoOp", "PartitionedCall", "StatefulPartitionedCall", "_Arg", "_Retval"})
 # Cross-device ops: they stay between the replicas' clusters.
+# The attributes naming the functions an op calls (cond branches, loop bodies, calls).
+_FUNCTION_ATTRS = ("then_branch", "else_branch", "branches", "body", "cond", "f")
 _CROSS_DEVICE_PREFIXES = ("Collective", "Nccl", "_Send", "_Recv", "_HostSend", "_HostRecv")
 
 
@@ -52,11 +55,51 @@ def has_xla_kernel(op_type: str, device_type: str = "XLA_CPU_JIT") -> bool:
     return any(kernel.device_type == device_type for kernel in found)
 
 
-def missing_xla_kernel(op: tf.Operation) -> bool:
-    """True when XLA has no kernel for `op` on its device."""
+def missing_xla_kernel(op: tf.Operation, device_type: str | None = None) -> bool:
+    """True when XLA has no kernel for `op` on `device_type` (default: its device's)."""
     if op.type in _PLUMBING:
         return False
-    return not has_xla_kernel(op.type, xla_device_type(op))
+    return not has_xla_kernel(op.type, device_type or xla_device_type(op))
+
+
+def ops_without_xla_kernel(ops: Iterable[tf.Operation], device_type: str | None = None) -> list[tf.Operation]:
+    """The ops of `ops` and of the functions they call (`ops_with_bodies`) that XLA cannot compile."""
+    ops = list(ops)
+    graph = ops[0].graph if ops else None
+    return [op for op in ops_with_bodies(ops, graph) if missing_xla_kernel(op, device_type)]
+
+
+def _function_graph(name: str, graph: Any) -> Any:
+    while graph is not None:
+        function = getattr(graph, "_functions", {}).get(name)
+        if function is not None:
+            return getattr(function, "graph", None)
+        graph = getattr(graph, "outer_graph", None)
+    return None
+
+
+def _called_functions(op: tf.Operation) -> Iterator[str]:
+    for key in _FUNCTION_ATTRS:
+        if key not in op.node_def.attr:
+            continue
+        value = op.node_def.attr[key]
+        if value.HasField("func"):
+            yield value.func.name
+        yield from (function.name for function in value.list.func)
+
+
+def ops_with_bodies(ops: Iterable[tf.Operation], graph: Any) -> list[tf.Operation]:
+    """`ops`, then the ops of every function they call (recursively), each once."""
+    result, seen_graphs, pending = [], set(), list(ops)
+    while pending:
+        op = pending.pop(0)
+        result.append(op)
+        for name in _called_functions(op):
+            body = _function_graph(name, op.graph) or _function_graph(name, graph)
+            if body is not None and id(body) not in seen_graphs:
+                seen_graphs.add(id(body))
+                pending.extend(o for o in body.get_operations() if o.type != "Placeholder")
+    return result
 
 
 def crosses_devices(op: tf.Operation) -> bool:

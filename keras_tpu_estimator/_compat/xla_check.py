@@ -6,8 +6,8 @@
   tracebacks point at the copying code);
 - `ops_with_bodies(ops, graph)`: those ops and the ops of the functions they
   call (`tf.cond` / `tf.while_loop` branches and bodies, function calls);
-- `has_xla_kernel(op_type)`: whether XLA's CPU JIT registers a kernel for the
-  op (from `_compat/xla.py`);
+- `has_xla_kernel(op_type)`, `missing_xla_kernel(op, device_type)`: whether
+  XLA registers a kernel for an op (from `_compat/xla.py`, as is `ops_with_bodies`);
 - `outside_compilation_on_host()`: `tf.compat.v1.tpu.outside_compilation`
   as a TPU program sees it (its computation kept out of the step);
 - `hlo_text(function, spec)`: the HLO XLA makes of a `jit_compile` function.
@@ -28,63 +28,25 @@ hlo_text(step, tf.TensorSpec([8, 4]))                     # "HloModule ..."
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.tpu import tpu_replication as _tpu_replication
 
-from keras_tpu_estimator._compat.graph_copy import _needed_ops, copy_needed_ops, scratch_graph
+from keras_tpu_estimator._compat.graph_copy import scratch_graph, trace_needed
 from keras_tpu_estimator._compat.patching import swapped_attribute
-from keras_tpu_estimator._compat.xla import has_xla_kernel  # noqa: F401  (part of this module's API)
-
-_FUNCTION_ATTRS = ("then_branch", "else_branch", "branches", "body", "cond", "f")
+from keras_tpu_estimator._compat.xla import (  # noqa: F401  (part of this module's API)
+    has_xla_kernel,
+    missing_xla_kernel,
+    ops_with_bodies,
+)
 
 
 def fetched_with_ops(fn: Callable[[], Any], name: str = "checked_step") -> tuple[Any, list[tf.Operation]]:
     """`run_fetched(fn)` (`fetches.py`), and the ops of `fn`'s trace that its result needs."""
-    with scratch_graph(name) as graph:
-        result = fn()
-    flat = tf.nest.flatten(result, expand_composites=True)
-    values = [v for v in flat if isinstance(v, tf.Tensor | tf.Operation) and v.graph is graph]
-    needed = _needed_ops(graph, values)
-    captured = {internal.op for _, internal in graph.captures}
-    kept = [op for op in graph.get_operations() if op in needed and op not in captured]
-    copied = copy_needed_ops(graph, flat)
-    return tf.nest.pack_sequence_as(result, copied, expand_composites=True), ops_with_bodies(kept, graph)
-
-
-def _function_graph(name: str, graph: Any) -> Any:
-    while graph is not None:
-        function = getattr(graph, "_functions", {}).get(name)
-        if function is not None:
-            return getattr(function, "graph", None)
-        graph = getattr(graph, "outer_graph", None)
-    return None
-
-
-def _called_functions(op: tf.Operation) -> Iterator[str]:
-    for key in _FUNCTION_ATTRS:
-        if key not in op.node_def.attr:
-            continue
-        value = op.node_def.attr[key]
-        if value.HasField("func"):
-            yield value.func.name
-        yield from (function.name for function in value.list.func)
-
-
-def ops_with_bodies(ops: Iterable[tf.Operation], graph: Any) -> list[tf.Operation]:
-    """`ops`, then the ops of every function they call (recursively), each once."""
-    result, seen_graphs, pending = [], set(), list(ops)
-    while pending:
-        op = pending.pop(0)
-        result.append(op)
-        for name in _called_functions(op):
-            body = _function_graph(name, op.graph) or _function_graph(name, graph)
-            if body is not None and id(body) not in seen_graphs:
-                seen_graphs.add(id(body))
-                pending.extend(o for o in body.get_operations() if o.type != "Placeholder")
-    return result
+    result, kept = trace_needed(fn, name)
+    return result, ops_with_bodies(kept, kept[0].graph if kept else None)
 
 
 def _host_stand_in(value: Any) -> Any:
