@@ -96,6 +96,22 @@ def _every_replica_has_rows(strategy: tf.distribute.Strategy, data: Any) -> tf.T
     return tf.reduce_all(tf.stack(rows) > 0)
 
 
+class _OneStepArray:
+    """Stands for a `tf.TensorArray` of an execution of one step: holds that step's value."""
+
+    def __init__(self, value: tf.Tensor | None = None):
+        self.value = value
+
+    def write(self, index: Any, value: tf.Tensor) -> _OneStepArray:
+        return _OneStepArray(value)
+
+    def stack(self) -> tf.Tensor:
+        return tf.expand_dims(self.value, 0)
+
+    def concat(self) -> tf.Tensor:
+        return self.value
+
+
 def make_loop_function(
     strategy: tf.distribute.Strategy,
     replica_step: ReplicaStep,
@@ -161,9 +177,11 @@ def make_loop_function(
     ```
     """
 
-    def new_arrays(spec: Any) -> Any:
+    def new_arrays(spec: Any, one_step: bool) -> Any:
         if spec is None:
             return ()
+        if one_step:
+            return tf.nest.map_structure(lambda s: _OneStepArray(), spec)
         return tf.nest.map_structure(
             lambda s: tf.TensorArray(
                 s.dtype,
@@ -212,7 +230,10 @@ def make_loop_function(
 
     @tf.function(autograph=False)
     def loop(iterator: Any, num_steps: tf.Tensor, infinite: bool = False, single: bool = False) -> ExecutionResult:
-        arrays = (new_arrays(output_spec), new_arrays(host_spec))
+        # One step that surely runs (the input holds it, no replica can lack rows): its
+        # values are the execution's, without TensorArrays (9 ops fewer for 3 host tensors).
+        surely_one_step = single and infinite and not require_rows
+        arrays = (new_arrays(output_spec, surely_one_step), new_arrays(host_spec, surely_one_step))
 
         def keep_going(step: Any, done: Any, sums: Any, arrays: Any, empty: Any) -> Any:
             return tf.logical_and(step < num_steps, tf.logical_not(done))
@@ -272,7 +293,7 @@ def make_loop_function(
         def gathered(array: tf.TensorArray, spec: tf.TensorSpec, stack: bool) -> tf.Tensor:
             if not stack and spec.shape[1:].is_fully_defined():  # an empty array concatenates to [0, ...]
                 return array.concat()
-            if single and infinite and not require_rows:  # its one step surely ran: no branch
+            if surely_one_step:  # no branch
                 return array.stack() if stack else array.concat()
             # An execution that found the input ended has nothing to stack.
             empty = [0] * stack + ([0] + [d or 0 for d in spec.shape[1:].as_list()] if spec.shape.rank else [])
