@@ -168,6 +168,16 @@ class HostFunction:
         if self._session is not None:
             self._session.run(self._reset_locals)
 
+    @property
+    def writes_summaries(self) -> bool:
+        """Whether `fn` made summary writers (their files end when the Session closes)."""
+        return bool(self._flush)
+
+    def reinitialize_variables(self) -> None:
+        """Every variable back to its initial value in the open Session, as a new Session would have it."""
+        if self._session is not None:
+            self._session.run(self._init[1:])
+
     def flush(self) -> None:
         """Flushes every summary writer `fn` created, if a Session is open."""
         if self._session is not None and self._flush:
@@ -232,7 +242,10 @@ class HostMetrics:
         self._graph_metrics: HostFunction | None = None
         self._keras_metrics: dict[str, keras.metrics.Metric] | None = None
         self._values: dict = {}
-        self._loop: int | None = None  # the graph's callable index of the loop over steps
+        # The graph's callable indices of the loops over steps: with the padding mask, and (padded
+        # evaluations) without it, for executions whose rows are all real (about 60 % faster).
+        self._loop: int | None = None
+        self._unmasked_loop: int | None = None
         self._last: dict[str, float] | None = None  # results when the Session closed
 
     @property
@@ -259,7 +272,9 @@ class HostMetrics:
             raise
         self._values = {name: pair[0] for name, pair in self._graph_metrics.result.items()}
         if self._batched:
-            self._loop = self._build_loop()
+            self._loop = self._build_loop(self._padded)
+            if self._padded and self._loop is not None:
+                self._unmasked_loop = self._build_loop(False)
 
     @staticmethod
     def _updates(result: Any) -> list:
@@ -273,7 +288,7 @@ class HostMetrics:
             )
         return [pair[1] for pair in result.values()]
 
-    def _build_loop(self) -> int | None:
+    def _build_loop(self, padded: bool) -> int | None:
         """Adds a loop running `metric_fn`'s updates once per stacked step; its index, or None."""
         host, part = self._graph_metrics, self.part
 
@@ -294,7 +309,7 @@ class HostMetrics:
 
         try:
             with host.graph.as_default():
-                feeds, done = build_steps_loop(part, self._padded, updates, host.global_step)
+                feeds, done = build_steps_loop(part, padded, updates, host.global_step)
             return host.add_callable(done, feeds)
         except Exception as error:  # any failure: the per-step path gives the same results
             _log.debug("eval_metrics run once per step: no loop over steps (%s)", error)
@@ -303,14 +318,21 @@ class HostMetrics:
     def prepare(self, values: Sequence[np.ndarray], mask: np.ndarray | None, steps: int) -> None:
         """Opens the Session and runs the loop over no steps on the calling thread (no effect)."""
         host = self._graph_metrics
-        if host is not None and self._loop is not None and steps > 1 and not host.ran(self._loop):
-            host.run(self._loop, steps_feeds([], [], values, mask))
+        loop, mask = self._loop_for(mask)
+        if host is not None and loop is not None and steps > 1 and not host.ran(loop):
+            host.run(loop, steps_feeds([], [], values, mask))
+
+    def _loop_for(self, mask: np.ndarray | None) -> tuple[int | None, np.ndarray | None]:
+        """The loop for an execution with `mask`, and the mask to feed it (None: every row is real)."""
+        if mask is not None and self._unmasked_loop is not None and mask.all():
+            return self._unmasked_loop, None
+        return self._loop, mask
 
     def reset(self) -> None:
-        """Starts a new evaluation: all accumulators to zero."""
+        """Starts a new evaluation: every metric variable at its initial value."""
         self._last = None
         if self._graph_metrics is not None:
-            self._graph_metrics.reset_local_variables()
+            self._graph_metrics.reinitialize_variables()
         for metric in (self._keras_metrics or {}).values():
             metric.reset_state()
 
@@ -355,10 +377,10 @@ class HostMetrics:
             return
         if self._graph_metrics is None and self._keras_metrics is None:
             self._start(step(0))
-        host, loop = self._graph_metrics, self._loop
+        host, (loop, loop_mask) = self._graph_metrics, self._loop_for(mask)
         # One step runs faster alone, unless only the loop is ready.
         if loop is not None and (steps > 1 or (host.ran(loop) and not host.ran(0))):
-            host.run(loop, steps_feeds(range(steps), global_steps, values, mask))
+            host.run(loop, steps_feeds(range(steps), global_steps, values, loop_mask))
             return
         for index in range(steps):
             self.update(step(index), global_steps[index])
@@ -378,6 +400,15 @@ class HostMetrics:
         else:
             return {}
         return {name: float(np.asarray(value)) for name, value in values.items()}
+
+    def finish(self, succeeded: bool) -> None:
+        """Ends an evaluation. After a success the Session stays open for the next one: a new
+        Session's first run of the loop costs about 15 ms (its executor), 5 % of a 300-step
+        evaluation of a small model; `reset` starts the next from initial values. Sessions with
+        summary writers, and those of failed evaluations, close."""
+        if succeeded and self._graph_metrics is not None and not self._graph_metrics.writes_summaries:
+            return
+        self.close(keep_results=succeeded)
 
     def close(self, keep_results: bool = True) -> None:
         """Closes the metric graph's Session, keeping its results for `result` (if asked)."""
@@ -409,7 +440,8 @@ class HostRunner:
     with runner.running("eval"):                                   # one evaluate call
         runner.submit("eval", host_arrays, first_step=0, steps=4)  # after an execution
         results = runner.metric_results()                          # {"accuracy": 0.75}
-    # drained, summary writers flushed, Sessions and the thread closed
+    # drained, summary writers flushed, the thread and host_call Sessions closed
+    runner.close()                                                 # and the metric Session
     ```
     """
 
@@ -460,7 +492,9 @@ class HostRunner:
         host step. Exiting, also on an error, drains the host thread, flushes
         summary writers and closes `mode`'s Sessions (the thread and every
         Session when no other call is in progress: calls nest, as validation
-        in `fit`). A host error found while the body raised is only logged.
+        in `fit`), but for the `eval_metrics` Session of an evaluation that
+        succeeded, which the next evaluation reuses (`HostMetrics.finish`;
+        `close` ends it). A host error found while the body raised is only logged.
         """
         if mode == ModeKeys.EVAL:
             self._gathered.clear()  # left by a call whose host side failed
@@ -493,7 +527,7 @@ class HostRunner:
                     if everything or (ending and name == mode):
                         closing.callback(host_call.close)
                 if self.metrics is not None and (everything or (ending and mode == ModeKeys.EVAL)):
-                    closing.callback(self.metrics.close, keep_results)
+                    closing.callback(self.metrics.finish, keep_results)
                 if ending and mode == ModeKeys.TRAIN:  # also when fit raised: the next fit starts off
                     closing.callback(self.tf1_summaries.stop)
                 if ending and mode == ModeKeys.EVAL:

@@ -493,6 +493,37 @@ def test_one_session_call_per_execution_with_eval_metrics(session_calls, batched
         assert session_calls == ["run"] * (3 if batched else 12)
 
 
+def test_executions_whose_rows_are_all_real_run_without_the_mask_with_the_same_results(session_calls):
+    padded = executions(seed=5, steps=(3, 4, 2))
+    real = [[*e[:-1], np.ones_like(e[-1])] for e in executions(seed=6, steps=(4, 1, 5))]
+    arrays = [real[0], padded[0], real[1], real[2], padded[1], padded[2]]
+    batched, per_step = metric_runner(), metric_runner(batched=False)
+    session_calls.clear()
+    results = evaluate(batched, arrays)
+    metrics = batched.metrics
+    assert metrics._unmasked_loop is not None and metrics._graph_metrics.ran(metrics._unmasked_loop)
+    assert metrics._graph_metrics.ran(metrics._loop)
+    assert results == evaluate(per_step, arrays)  # exact: same values in the same order
+    labels = np.concatenate([e[0][e[5] > 0.5] for e in arrays])
+    predictions = np.concatenate([e[1][e[5] > 0.5] for e in arrays])
+    weights = np.concatenate([e[2][e[5] > 0.5] for e in arrays])
+    assert results["accuracy"] == pytest.approx(np.average(labels == predictions, weights=weights), rel=1e-6)
+
+
+def test_an_evaluation_of_real_rows_only_runs_one_session_call_per_execution(session_calls):
+    first, *rest = [[*e[:-1], np.ones_like(e[-1])] for e in executions(seed=7, steps=(2, 5, 3, 4))]
+    runner = metric_runner()
+    with runner.running("eval"):
+        runner.submit("eval", first, first_step=0, steps=2)
+        runner.drain()
+        session_calls.clear()
+        for execution in rest:
+            runner.submit("eval", execution, first_step=0, steps=len(execution[0]))
+        runner.drain()
+        assert session_calls == ["run"] * 3
+        assert not runner.metrics._graph_metrics.ran(runner.metrics._loop)  # the masked loop never ran
+
+
 def host_threads():
     return [t for t in threading.enumerate() if t.name.startswith("keras_tpu_estimator_host")]
 
@@ -534,19 +565,33 @@ def host_call_runner(calls, fail_at=None):
     return runner
 
 
-def test_a_call_closes_its_sessions_and_the_thread_and_the_next_starts_at_zero(opened_sessions):
+def test_an_evaluation_keeps_its_metric_session_for_the_next_which_starts_at_zero(opened_sessions):
     arrays = executions(seed=4)
     runner = metric_runner()
     first = evaluate(runner, arrays)
-    assert len(opened_sessions) == 1 and is_closed(opened_sessions[0]) and host_threads() == []
-    assert runner.metric_results() == first  # kept from the closed Session
-    with runner.running("eval"):  # before any step: a new Session's initial values, not the last call's
+    # The thread ends with the call; the metric Session stays (its loop's executor is made once).
+    assert len(opened_sessions) == 1 and not is_closed(opened_sessions[0]) and host_threads() == []
+    assert runner.metric_results() == first
+    with runner.running("eval"):  # before any step: initial values, not the last call's
         assert set(runner.metric_results().values()) == {0.0}
-    assert all(is_closed(s) for s in opened_sessions)
-    # A new call: a new Session, accumulators at zero, the same graph.
+    # A new call: the same Session and graph, accumulators at zero.
     assert evaluate(runner, arrays[:1]) == evaluate(metric_runner(), arrays[:1])
     assert evaluate(runner, arrays) == first
-    assert all(is_closed(s) for s in opened_sessions) and host_threads() == []
+    assert len(opened_sessions) == 2 and host_threads() == []  # one more: the fresh runner's
+    runner.close()  # `EstimatorModel.release_host`, as every TPUEstimator call ends
+    assert all(is_closed(s) for s in opened_sessions[:1]) and runner.metric_results() == first
+
+
+def test_a_failed_evaluation_closes_its_metric_session(opened_sessions):
+    runner = metric_runner()
+    evaluate(runner, executions(seed=4))
+    with pytest.raises(KeyError):
+        with runner.running("eval"):
+            runner.submit("eval", executions(seed=5)[0], first_step=0, steps=4)
+            raise KeyError("the body's error")
+    assert len(opened_sessions) == 1 and is_closed(opened_sessions[0]) and host_threads() == []
+    with runner.running("eval"):  # the next call opens a new one, at zero
+        assert set(runner.metric_results().values()) == {0.0}
 
 
 def test_sessions_and_the_thread_close_when_the_call_raises(opened_sessions):
@@ -585,7 +630,8 @@ def test_a_nested_call_closes_only_its_own_sessions(opened_sessions):
         with runner.running("eval"):
             runner.submit("eval", executions(seed=6)[0], first_step=0, steps=4)
         train_session, eval_session = opened_sessions
-        assert is_closed(eval_session) and not is_closed(train_session) and host_threads()
+        # The evaluation's metric Session stays for the next evaluation; the thread goes on.
+        assert not is_closed(eval_session) and not is_closed(train_session) and host_threads()
         runner.submit("train", [np.arange(16, 32).reshape(1, 16)], first_step=1, steps=1)
     assert is_closed(train_session) and host_threads() == [] and len(calls) == 2
 
