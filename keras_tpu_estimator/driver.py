@@ -24,7 +24,7 @@ executions.
 Example:
 
 ```python
-driver = ExecutionDriver(model, runner)
+driver = ExecutionDriver(model, host)   # host: the model's `HostRunner`
 for execution in driver.executions(ModeKeys.EVAL, model.make_test_function(), iterator, callbacks):
     execution.logs = {"loss": execution.loss}
 driver.ended_by        # "input": the dataset ran out

@@ -3,7 +3,7 @@
 Owns the `input_fn` contract (a required `params` argument; optional `mode`,
 `config`, `input_context`), the split of dataset elements into
 `(features, labels)`, and the per-replica element spec the build traces from.
-Batch arithmetic comes from `strategy.py`.
+Batch arithmetic comes from `batch_plan.py`.
 """
 
 from __future__ import annotations

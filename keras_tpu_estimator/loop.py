@@ -11,7 +11,7 @@ Vocabulary used across the package:
 `strategy.run` of a replica step, reducing the loss over replicas and stacking
 per-step outputs (concatenated across replicas in replica order). Because
 `num_steps` is a tensor argument, a short tail execution reuses the same trace.
-What a step does, and when to stop, belong to `model.py`.
+What a step does belongs to `model_fn.py`; when to stop, to `driver.py`.
 
 Each step has TF1 fetch semantics (`fetches.py`): only what the replica step
 returns, and what that needs, runs. Under a `TPUStrategy` each replica's step

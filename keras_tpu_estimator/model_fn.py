@@ -16,7 +16,7 @@ optimizer):
 - **steps**: the per-replica train, test and predict steps the device loop runs.
 
 It leaves the loop to `loop.py`, the host side to `host.py` and the Keras API
-(`fit`, `evaluate`, `predict`) to `model.py`.
+(`fit`, `evaluate`, `predict`) to `trainer.py`.
 """
 
 from __future__ import annotations
