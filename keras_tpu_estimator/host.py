@@ -92,9 +92,11 @@ class HostFunction:
                     fetches = self._fetches(self.result, fetch)
             writers = [op for op in self.graph.get_operations() if op.type == "SummaryWriter"]
             self._flush = [tf.raw_ops.FlushSummaryWriter(writer=op.outputs[0]) for op in writers]
-            self._reset_locals = tf.compat.v1.local_variables_initializer()
-            globals_init = tf.compat.v1.global_variables_initializer()
-            self._init = [_compat.summary_writer_init_ops(), globals_init, self._reset_locals]
+            self._variables_init = [
+                tf.compat.v1.global_variables_initializer(),
+                tf.compat.v1.local_variables_initializer(),
+            ]
+            self._init = [_compat.summary_writer_init_ops(), *self._variables_init]
         self._callables: list[tuple[Any, list]] = [(fetches, feeds)]
         self._session: tf.compat.v1.Session | None = None
         self._made: dict[int, Callable] = {}  # the callables of calls run in this Session
@@ -163,11 +165,6 @@ class HostFunction:
         self.open()
         return self._session.run(fetches)
 
-    def reset_local_variables(self) -> None:
-        """Zeroes TF1 metric accumulators (local variables), if a Session is open."""
-        if self._session is not None:
-            self._session.run(self._reset_locals)
-
     @property
     def writes_summaries(self) -> bool:
         """Whether `fn` made summary writers (their files end when the Session closes)."""
@@ -176,7 +173,7 @@ class HostFunction:
     def reinitialize_variables(self) -> None:
         """Every variable back to its initial value in the open Session, as a new Session would have it."""
         if self._session is not None:
-            self._session.run(self._init[1:])
+            self._session.run(self._variables_init)
 
     def flush(self) -> None:
         """Flushes every summary writer `fn` created, if a Session is open."""

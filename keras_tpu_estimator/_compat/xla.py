@@ -23,9 +23,9 @@ from tensorflow.python.framework import kernels as _kernels
 
 # Graph plumbing the XLA bridge handles itself rather than through a kernel.
 _PLUMBING = frozenset({"Placeholder", "NoOp", "PartitionedCall", "StatefulPartitionedCall", "_Arg", "_Retval"})
-# Cross-device ops: they stay between the replicas' clusters.
 # The attributes naming the functions an op calls (cond branches, loop bodies, calls).
 _FUNCTION_ATTRS = ("then_branch", "else_branch", "branches", "body", "cond", "f")
+# Cross-device ops: they stay between the replicas' clusters.
 _CROSS_DEVICE_PREFIXES = ("Collective", "Nccl", "_Send", "_Recv", "_HostSend", "_HostRecv")
 
 
