@@ -91,7 +91,7 @@ def worker(model_dir: str, max_steps: int, sleep: float, kill_in_save: float | N
     import tensorflow as tf
 
     import keras_tpu_estimator as kte
-    from keras_tpu_estimator.checkpoints import checkpoint_step
+    from keras_tpu_estimator.model_dir.checkpoints import checkpoint_step
 
     tf.config.experimental.enable_op_determinism()
     parent, tag = os.path.split(os.path.abspath(model_dir))

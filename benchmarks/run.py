@@ -86,7 +86,7 @@ def _disable_finite_check() -> list:
     """
     import tensorflow as tf
 
-    from keras_tpu_estimator.model import EstimatorModel
+    from keras_tpu_estimator.model.estimator_model import EstimatorModel
 
     name = "_after_train_execution"
     original = getattr(EstimatorModel, name, None)

@@ -28,36 +28,41 @@ from keras_tpu_estimator import (
 from keras_tpu_estimator.callbacks import (
     CheckpointSaver,
     SavedModelExporter,
+    SessionRunHookCallback,
     StepLogger,
     StepSummaries,
     StopAtStep,
 )
-from keras_tpu_estimator.checkpoints import WarmStartSettings, checkpoint_step
-from keras_tpu_estimator.config import (
+from keras_tpu_estimator.contract import (
+    EstimatorSpec,
     InputPipelineConfig,
     IterationsPerLoop,
+    ModeKeys,
     RunConfig,
     TPUConfig,
+    TPUEstimatorSpec,
     parse_iterations_per_loop,
 )
-from keras_tpu_estimator.install import install, installed
-from keras_tpu_estimator.legacy import UnsupportedInModelFnError, legacy_layers
-from keras_tpu_estimator.model import EstimatorModel
-from keras_tpu_estimator.padding import padding_mask
-from keras_tpu_estimator.plain_estimator import Estimator
-from keras_tpu_estimator.session_hooks import SessionRunHookCallback
-from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys, TPUEstimatorSpec
-from keras_tpu_estimator.strategy import TPUContext, resolve_strategy, use_cpu_replicas
-from keras_tpu_estimator.tpu_estimator import (
+from keras_tpu_estimator.distribute import TPUContext, resolve_strategy, use_cpu_replicas
+from keras_tpu_estimator.facade import (
     BatchConfig,
+    Estimator,
     ExportSavedModelApiVersion,
     TPUEstimator,
     export_estimator_savedmodel,
     inference_on_tpu,
     model_fn_inference_on_tpu,
 )
-from keras_tpu_estimator.tpu_readiness import TPUCompatibilityReport
-from keras_tpu_estimator.variables import NewVariableAfterBuildError
+from keras_tpu_estimator.inputs import padding_mask
+from keras_tpu_estimator.migration import install, installed
+from keras_tpu_estimator.model import EstimatorModel
+from keras_tpu_estimator.model_dir import WarmStartSettings, checkpoint_step
+from keras_tpu_estimator.tf1 import (
+    NewVariableAfterBuildError,
+    UnsupportedInModelFnError,
+    legacy_layers,
+)
+from keras_tpu_estimator.xla import TPUCompatibilityReport
 
 _compat.check_versions()
 

@@ -30,7 +30,7 @@ import tensorflow as tf  # noqa: E402
 STRATEGY = tf.distribute.MultiWorkerMirroredStrategy() if INDEX >= 0 else None
 
 import keras_tpu_estimator as kte  # noqa: E402
-from keras_tpu_estimator.checkpoints import checkpoint_step  # noqa: E402
+from keras_tpu_estimator.model_dir.checkpoints import checkpoint_step  # noqa: E402
 from tests import models  # noqa: E402
 
 

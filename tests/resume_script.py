@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.checkpoints import checkpoint_step
+from keras_tpu_estimator.model_dir.checkpoints import checkpoint_step
 from tests import models
 
 

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.checkpoints import write_checkpoint
-from keras_tpu_estimator.restore import RestoreOrWarmStart
+from keras_tpu_estimator.callbacks.restore import RestoreOrWarmStart
+from keras_tpu_estimator.model_dir.checkpoints import write_checkpoint
 from tests import models
 from tests.test_estimator import make
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from keras_tpu_estimator import _compat as kte_compat
-from keras_tpu_estimator import model_fn as kte_model_fn
+from keras_tpu_estimator.engine import runner as kte_model_fn
 from tests import models
 
 

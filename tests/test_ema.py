@@ -19,9 +19,9 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import tf1_saver
-from keras_tpu_estimator.checkpoints import write_checkpoint
-from keras_tpu_estimator.legacy import model_fn_scope
+from keras_tpu_estimator.model_dir.checkpoints import write_checkpoint
+from keras_tpu_estimator.tf1 import saver as tf1_saver
+from keras_tpu_estimator.tf1.legacy import model_fn_scope
 from tests import ema_cases as cases
 from tests import recorded_ema_numbers as recorded
 from tests.same_results import assert_same

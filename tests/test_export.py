@@ -11,7 +11,7 @@ import tensorflow as tf
 from tensorflow.python.saved_model import loader_impl
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import export
+from keras_tpu_estimator.export import saved_model as export
 from tests import models
 
 CLI = str(pathlib.Path(sys.executable).parent / "saved_model_cli")

@@ -15,8 +15,12 @@ import tensorflow as tf
 from tensorflow.python.saved_model import loader_impl
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import export
-from keras_tpu_estimator.inference import BatchConfig, inference_on_tpu, model_fn_inference_on_tpu
+from keras_tpu_estimator.export import saved_model as export
+from keras_tpu_estimator.export.inference import (
+    BatchConfig,
+    inference_on_tpu,
+    model_fn_inference_on_tpu,
+)
 from tests import models
 from tests.saved_model_facts import describe
 

@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import eval_events, exporters
+from keras_tpu_estimator.facade import exporters
+from keras_tpu_estimator.model_dir import eval_events
 from tests import recorded_training_numbers as recorded
 from tests import training_cases as cases
 from tests.training_checks import api_for, assert_same, case_names, run_default_case, run_error_case

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.fetches import always_increments, run_fetched
+from keras_tpu_estimator.tf1.fetches import always_increments, run_fetched
 from tests import models
 
 

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import host as kte_host
-from keras_tpu_estimator import host_plan as kte_host_plan
+from keras_tpu_estimator.host import plan as kte_host_plan
+from keras_tpu_estimator.host import runner as kte_host
 from tests import models
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from keras_tpu_estimator.host_gather import GATHER_STEPS, GatheredSteps
+from keras_tpu_estimator.host.gather import GATHER_STEPS, GatheredSteps
 
 
 def execution(step, rows=4):

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.input_deployment import interleave_replicas, split_to_replicas
+from keras_tpu_estimator.inputs.deployment import interleave_replicas, split_to_replicas
 
 PIPELINES = {
     "PER_HOST_V1": kte.InputPipelineConfig.PER_HOST_V1,

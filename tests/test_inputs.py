@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.inputs import call_input_fn, split_element
+from keras_tpu_estimator.inputs.input_fn import call_input_fn, split_element
 from tests import models
 
 

@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import export
-from keras_tpu_estimator.invoke import check_scaffold, invoke_model_fn
-from keras_tpu_estimator.legacy import inside_model_fn
+from keras_tpu_estimator.engine.invoke import check_scaffold, invoke_model_fn
+from keras_tpu_estimator.export import saved_model as export
+from keras_tpu_estimator.tf1.legacy import inside_model_fn
 
 PREDICT, TRAIN = kte.ModeKeys.PREDICT, kte.ModeKeys.TRAIN
 CONFIG = object()

@@ -14,9 +14,9 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from keras_tpu_estimator import estimator as kte_estimator
-from keras_tpu_estimator import meta_graph
-from keras_tpu_estimator.checkpoints import write_checkpoint
-from keras_tpu_estimator.model_dir import remove_leftovers
+from keras_tpu_estimator.model_dir import meta_graph
+from keras_tpu_estimator.model_dir.checkpoints import write_checkpoint
+from keras_tpu_estimator.model_dir.contents import remove_leftovers
 from tests import input_programs as programs
 from tests import models
 from tests.input_programs import assert_close

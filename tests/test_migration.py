@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from keras_tpu_estimator.install import ESTIMATOR_PACKAGES, MODULE_PATHS
+from keras_tpu_estimator.migration.install import ESTIMATOR_PACKAGES, MODULE_PATHS
 
 
 def python(code: str, *args: str, runner: bool = False, cwd=None) -> subprocess.CompletedProcess:

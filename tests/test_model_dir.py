@@ -13,13 +13,13 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.checkpoints import (
+from keras_tpu_estimator.model_dir.checkpoints import (
     DamagedCheckpointError,
     checkpoint_step,
     write_checkpoint,
 )
-from keras_tpu_estimator.model_dir import remove_leftovers, scanned_checkpoints
-from keras_tpu_estimator.model_dir_lock import LOCK_FILE, ModelDirLockedError
+from keras_tpu_estimator.model_dir.contents import remove_leftovers, scanned_checkpoints
+from keras_tpu_estimator.model_dir.lock import LOCK_FILE, ModelDirLockedError
 from tests import models
 from tests.model_dir_script import model_fn
 from tests.test_estimator import make

@@ -11,8 +11,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from keras_tpu_estimator import model_dir_lock
-from keras_tpu_estimator.model_dir_lock import (
+from keras_tpu_estimator.model_dir import lock as model_dir_lock
+from keras_tpu_estimator.model_dir.lock import (
     LOCK_FILE,
     STALE_AFTER_SECONDS,
     ModelDirLock,

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.padding import pad_batches
+from keras_tpu_estimator.inputs.padding import pad_batches
 from tests import models
 
 

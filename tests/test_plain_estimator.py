@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import plain_estimator
+from keras_tpu_estimator.facade import estimator as plain_estimator
 from tests import estimator_cases as cases
 from tests import recorded_estimator_numbers as recorded
 from tests.same_results import assert_same, error_type
@@ -68,7 +68,7 @@ def test_every_case_was_recorded():
 def test_the_module_paths_programs_import_are_the_plain_estimator():
     check = """
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import plain_estimator
+from keras_tpu_estimator.facade import estimator as plain_estimator
 kte.install()
 import tensorflow as tf
 from tensorflow.python.estimator import estimator as tf_python

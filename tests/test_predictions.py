@@ -169,7 +169,7 @@ def test_predictions_left_out_by_predict_keys_are_still_checked():
 
 
 def test_batch_length_raises_the_originals_errors_for_predictions_without_examples():
-    from keras_tpu_estimator.predictions import batch_length
+    from keras_tpu_estimator.host.predictions import batch_length
 
     with pytest.raises(TypeError, match=r"^'NoneType' object cannot be interpreted as an integer: the predictions dict is empty"):
         batch_length({})

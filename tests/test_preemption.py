@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.preemption import StopRequests
+from keras_tpu_estimator.engine.preemption import StopRequests
 from tests import models
 
 

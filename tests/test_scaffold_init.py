@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu_estimator._compat.tf1_identity import tf1_identity
-from keras_tpu_estimator.tf1_saver import ScaffoldSession
+from keras_tpu_estimator.tf1.saver import ScaffoldSession
 from tests import recorded_ema_numbers as recorded
 from tests import scaffold_cases as cases
 from tests.same_results import assert_same
@@ -67,7 +67,7 @@ def test_the_session_runs_graph_ops_and_reads_variables():
 
 def test_variable_initializers_inside_model_fn_group_nothing():
     """The model's variables are created initialised: TF1's initializer ops group no-ops (TF raised before)."""
-    from keras_tpu_estimator.legacy import model_fn_scope
+    from keras_tpu_estimator.tf1.legacy import model_fn_scope
 
     variable = tf.Variable(1.0)
     types = []

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.spec import check_spec
+from keras_tpu_estimator.contract.spec import check_spec
 
 T = tf.constant([1.0, 2.0])
 

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator.strategy import per_replica_batch_size
+from keras_tpu_estimator.distribute.strategy import per_replica_batch_size
 
 
 def test_without_tpu_or_gpus_the_default_strategy_is_used():
@@ -79,7 +79,7 @@ class _Recorder:
 
 @pytest.fixture
 def tpu_entry_points(monkeypatch):
-    from keras_tpu_estimator import strategy as strategy_module
+    from keras_tpu_estimator.distribute import strategy as strategy_module
 
     def install(local_works):
         recorder = _Recorder(local_works)
@@ -112,7 +112,7 @@ def test_a_named_tpu_is_tried_after_local_and_connected(tpu_entry_points):
 
 
 def test_the_tpu_system_is_initialised_once_per_process(tpu_entry_points, monkeypatch):
-    from keras_tpu_estimator import strategy as strategy_module
+    from keras_tpu_estimator.distribute import strategy as strategy_module
 
     recorder = tpu_entry_points(local_works=True)
     monkeypatch.setenv("TPU_NAME", "my-tpu")

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import strategy as strategy_module
+from keras_tpu_estimator.distribute import strategy as strategy_module
 from keras_tpu_estimator.estimator import tpu
 from tests import recorded_scope_numbers as recorded
 from tests import scope_cases as cases

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from keras_tpu_estimator import estimator as kte_estimator
-from keras_tpu_estimator.inputs import call_input_fn
+from keras_tpu_estimator.inputs.input_fn import call_input_fn
 from tests import input_programs as programs
 from tests.input_programs import assert_close
 from tests.original_programs import estimator_namespace

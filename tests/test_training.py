@@ -227,7 +227,8 @@ def test_train_and_evaluate_runs_eagerly_in_a_graph_mode_program(tmp_path):
 def test_the_module_paths_programs_import_are_this_librarys():
     check = """
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import early_stopping, training
+from keras_tpu_estimator.facade import early_stopping
+from keras_tpu_estimator.facade import train_and_evaluate as training
 kte.install()
 import tensorflow as tf
 from tensorflow_estimator.python.estimator import early_stopping as imported_early_stopping

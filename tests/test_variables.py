@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
-from keras_tpu_estimator.variables import NewVariableAfterBuildError, VariableStore
+from keras_tpu_estimator.tf1.variables import NewVariableAfterBuildError, VariableStore
 
 
 def build(store, fn):

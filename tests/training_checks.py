@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from keras_tpu_estimator import early_stopping
+from keras_tpu_estimator.facade import early_stopping
 from tests import recorded_training_numbers as recorded
 from tests import training_cases as cases
 from tests.same_results import assert_same  # noqa: F401  (the test files take it from here)

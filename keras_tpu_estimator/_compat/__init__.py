@@ -40,7 +40,7 @@ from keras_tpu_estimator._compat.tpu_export import (  # noqa: F401  (part of thi
     prune_unconnected_ops_from_xla,
     tpu_partitioned_call,
 )
-from keras_tpu_estimator.per_thread import PerThreadCounts, PerThreadList
+from keras_tpu_estimator.utils import PerThreadCounts, PerThreadList
 from keras_tpu_estimator.versions import SUPPORTED, supported_range
 
 

@@ -24,13 +24,19 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_tpu_estimator.checkpoints import WarmStartSettings
-from keras_tpu_estimator.config import RunConfig
+from keras_tpu_estimator.contract import EstimatorSpec, ModeKeys, RunConfig
 from keras_tpu_estimator.estimator import experimental, export, tpu
-from keras_tpu_estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter
-from keras_tpu_estimator.plain_estimator import Estimator
-from keras_tpu_estimator.spec import EstimatorSpec, ModeKeys
-from keras_tpu_estimator.training import EvalSpec, TrainSpec, train_and_evaluate
+from keras_tpu_estimator.facade import (
+    BestExporter,
+    Estimator,
+    EvalSpec,
+    Exporter,
+    FinalExporter,
+    LatestExporter,
+    TrainSpec,
+    train_and_evaluate,
+)
+from keras_tpu_estimator.model_dir import WarmStartSettings
 
 _train = tf.compat.v1.train
 CheckpointSaverHook = _train.CheckpointSaverHook

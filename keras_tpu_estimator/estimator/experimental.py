@@ -11,7 +11,8 @@ estimator.export_saved_model("/tmp/export", receiver_fn, experimental_mode=tf_es
 ```
 """
 
-from keras_tpu_estimator.early_stopping import (
+from keras_tpu_estimator.export import build_raw_supervised_input_receiver_fn
+from keras_tpu_estimator.facade import (
     InMemoryEvaluatorHook,
     make_early_stopping_hook,
     make_stop_at_checkpoint_step_hook,
@@ -20,7 +21,6 @@ from keras_tpu_estimator.early_stopping import (
     stop_if_no_decrease_hook,
     stop_if_no_increase_hook,
 )
-from keras_tpu_estimator.serving import build_raw_supervised_input_receiver_fn
 
 __all__ = [
     "InMemoryEvaluatorHook",

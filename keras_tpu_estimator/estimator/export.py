@@ -13,7 +13,7 @@ export_outputs = {"serving_default": tf_estimator.export.PredictOutput({"y": y})
 ```
 """
 
-from keras_tpu_estimator.serving import (
+from keras_tpu_estimator.export import (
     ClassificationOutput,
     ExportOutput,
     PredictOutput,

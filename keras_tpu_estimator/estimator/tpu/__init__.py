@@ -22,10 +22,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_tpu_estimator.config import InputPipelineConfig, RunConfig, TPUConfig
+from keras_tpu_estimator.contract import InputPipelineConfig, RunConfig, TPUConfig, TPUEstimatorSpec
 from keras_tpu_estimator.estimator.tpu import experimental
-from keras_tpu_estimator.spec import TPUEstimatorSpec
-from keras_tpu_estimator.tpu_estimator import BatchConfig, ExportSavedModelApiVersion, TPUEstimator
+from keras_tpu_estimator.facade import BatchConfig, ExportSavedModelApiVersion, TPUEstimator
 
 __all__ = [
     "BatchConfig",

@@ -1,0 +1,63 @@
+"""TODO callbacks."""
+
+from .hook_graph import (
+    hook_session,
+)
+from .keras_callbacks import (
+    Any,
+    CheckpointKeeper,
+    CheckpointSaver,
+    ModeKeys,
+    ModelDirLock,
+    SavedModelExporter,
+    StepLogger,
+    StepSummaries,
+    StopAtStep,
+    any_worker,
+    check_model_dir,
+    check_positive_int,
+    export_saved_model,
+    get_logger,
+    is_chief,
+    meta_graph_bytes,
+    remove_leftovers,
+    rewrite_state,
+    scanned_checkpoints,
+    set_aside_newer,
+    write_checkpoint,
+)
+from .restore import (
+    RestoreOrWarmStart,
+)
+from .session_hooks import (
+    SessionRunHookCallback,
+    as_callback,
+)
+
+__all__ = [
+    "Any",
+    "CheckpointKeeper",
+    "CheckpointSaver",
+    "ModeKeys",
+    "ModelDirLock",
+    "RestoreOrWarmStart",
+    "SavedModelExporter",
+    "SessionRunHookCallback",
+    "StepLogger",
+    "StepSummaries",
+    "StopAtStep",
+    "any_worker",
+    "as_callback",
+    "check_model_dir",
+    "check_positive_int",
+    "export_saved_model",
+    "get_logger",
+    "hook_session",
+    "is_chief",
+    "meta_graph_bytes",
+    "remove_leftovers",
+    "rewrite_state",
+    "scanned_checkpoints",
+    "set_aside_newer",
+    "write_checkpoint",
+]

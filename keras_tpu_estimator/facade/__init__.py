@@ -1,0 +1,99 @@
+"""TODO facade."""
+
+from .args import (
+    ExportSavedModelApiVersion,
+    check_estimator_arguments,
+)
+from .calls import (
+    mode_strategy,
+)
+from .early_stopping import (
+    InMemoryEvaluatorHook,
+    make_early_stopping_hook,
+    make_stop_at_checkpoint_step_hook,
+    stop_if_higher_hook,
+    stop_if_lower_hook,
+    stop_if_no_decrease_hook,
+    stop_if_no_increase_hook,
+)
+from .estimator import (
+    Estimator,
+)
+from .exporters import (
+    BestExporter,
+    Exporter,
+    FinalExporter,
+    LatestExporter,
+)
+from .tpu_estimator import (
+    Any,
+    BatchConfig,
+    EstimatorModel,
+    InputFn,
+    InputPipelineConfig,
+    ModeKeys,
+    ModelFn,
+    RunConfig,
+    Sequence,
+    TPUCompatibilityReport,
+    TPUEstimator,
+    TPUEstimatorSpec,
+    WarmStartSettings,
+    as_warm_start_settings,
+    check_positive_integer,
+    check_supported,
+    check_tpu_compatibility,
+    export_estimator_savedmodel,
+    get_logger,
+    inference_on_tpu,
+    model_fn_inference_on_tpu,
+    plain_count,
+)
+from .train_and_evaluate import (
+    EvalSpec,
+    TrainSpec,
+    train_and_evaluate,
+)
+
+__all__ = [
+    "Any",
+    "BatchConfig",
+    "BestExporter",
+    "Estimator",
+    "EstimatorModel",
+    "EvalSpec",
+    "ExportSavedModelApiVersion",
+    "Exporter",
+    "FinalExporter",
+    "InMemoryEvaluatorHook",
+    "InputFn",
+    "InputPipelineConfig",
+    "LatestExporter",
+    "ModeKeys",
+    "ModelFn",
+    "RunConfig",
+    "Sequence",
+    "TPUCompatibilityReport",
+    "TPUEstimator",
+    "TPUEstimatorSpec",
+    "TrainSpec",
+    "WarmStartSettings",
+    "as_warm_start_settings",
+    "check_estimator_arguments",
+    "check_positive_integer",
+    "check_supported",
+    "check_tpu_compatibility",
+    "export_estimator_savedmodel",
+    "get_logger",
+    "inference_on_tpu",
+    "make_early_stopping_hook",
+    "make_stop_at_checkpoint_step_hook",
+    "mode_strategy",
+    "model_fn_inference_on_tpu",
+    "plain_count",
+    "stop_if_higher_hook",
+    "stop_if_lower_hook",
+    "stop_if_no_decrease_hook",
+    "stop_if_no_increase_hook",
+    "train_and_evaluate",
+]

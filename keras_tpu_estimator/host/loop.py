@@ -1,0 +1,120 @@
+"""One host call per execution: a host function run once per stacked step inside one graph.
+
+An execution's host values arrive stacked over its steps (`[steps, ...]`).
+Running the user's function once per step is one `Session.run` per step,
+which costs more than a small training step. `build_steps_loop` instead puts
+a `tf.while_loop` in the host graph that calls the function on each chosen
+step in turn, so an execution is one `Session.run`. The loop runs one
+iteration at a time and each iteration waits for everything the function
+returned, so steps run in order, exactly as a call per step would. Before
+each step the host graph's global step is set to that step's, so a function
+reading `tf.compat.v1.train.get_global_step()` sees it.
+
+Example:
+
+```python
+with graph.as_default():
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    feeds, done = build_steps_loop(part, False, lambda values: [part.call(values)], global_step)
+session.run(done, dict(zip(feeds, steps_feeds([0, 1, 2], [7, 8, 9], stacked, None))))
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu_estimator import _compat
+
+from .plan import HostPart, RaggedSteps
+
+
+def _without_padding(value: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
+    """`host_plan.drop_padding`'s rule in the graph: a value with one row per mask entry loses padded rows."""
+    per_row = tf.equal(tf.shape(value)[0], tf.size(keep))
+    return tf.cond(per_row, lambda: tf.boolean_mask(value, keep), lambda: value)
+
+
+def _ragged_step(flat: tf.Tensor, shapes: tf.Tensor, spec: tf.TensorSpec) -> Callable[[tf.Tensor], tf.Tensor]:
+    """Step `index`'s value of a ragged tensor (`host_plan.RaggedSteps` in the graph)."""
+    ends = tf.cumsum(tf.reduce_prod(shapes, axis=1))
+
+    def value(index: tf.Tensor) -> tf.Tensor:
+        start = tf.where(index > 0, tf.gather(ends, tf.maximum(index - 1, 0)), 0)
+        step = tf.reshape(flat[start : tf.gather(ends, index)], tf.gather(shapes, index))
+        step.set_shape(spec.shape)
+        return step
+
+    return value
+
+
+def build_steps_loop(
+    part: HostPart, padded: bool, call_step: Callable[[list], Sequence[Any]], global_step: tf.Variable
+) -> tuple[list, tf.Tensor]:
+    """Adds to the default graph a loop calling `call_step` once per chosen step; returns `(feeds, done)`.
+
+    Args:
+        part: Whose tensors the steps carry (`part.specs`, one step's shapes;
+            `part.ragged` ones arrive as `RaggedSteps`' two arrays).
+        padded: Each step comes with a padding mask: padded rows are dropped
+            before `call_step` sees them, as `drop_padding` drops them.
+        call_step: Called once, inside the loop's body, with one step's
+            values; returns what must run for that step (tensors or ops).
+        global_step: The graph's global step: set to each step's own before
+            `call_step`'s ops of that step run.
+
+    Returns:
+        `feeds`: placeholders for `steps_feeds`' values (the indices of the
+        steps to run, each stacked step's global step, the stacked values, the
+        mask); `done`: run it to run the loop.
+    """
+    with tf.name_scope("execution"):
+        indices = tf.compat.v1.placeholder(tf.int32, [None], name="steps")
+        global_steps = tf.compat.v1.placeholder(tf.int64, [None], name="global_steps")
+        stacked: list = []
+        step_value: list[Callable[[tf.Tensor], tf.Tensor]] = []
+        for spec, is_ragged in zip(part.specs, part.ragged, strict=True):
+            if is_ragged:
+                flat = tf.compat.v1.placeholder(spec.dtype, [None])
+                shapes = tf.compat.v1.placeholder(tf.int32, [None, spec.shape.rank])
+                stacked += [flat, shapes]
+                step_value.append(_ragged_step(flat, shapes, spec))
+            else:
+                stacked.append(tf.compat.v1.placeholder(spec.dtype, [None, *spec.shape]))
+                step_value.append(lambda index, v=stacked[-1]: tf.gather(v, index))
+        mask = tf.compat.v1.placeholder(tf.float32, [None, None], name="mask") if padded else None
+
+        def one_step(position: tf.Tensor) -> tf.Tensor:
+            index = tf.gather(indices, position)
+            values = [value(index) for value in step_value]
+            if mask is not None:
+                keep = tf.gather(mask, index) > 0.5
+                values = [_without_padding(v, keep) for v in values]
+            with tf.control_dependencies([global_step.assign(tf.gather(global_steps, index), read_value=False)]):
+                step_ops = tf.nest.flatten(call_step(values))
+            with tf.control_dependencies(step_ops):
+                return position + 1
+
+        # One iteration at a time: a step's work finishes before the next step's starts.
+        done = _compat.while_loop_v2(
+            lambda position: position < tf.size(indices), one_step, [tf.constant(0)], parallel_iterations=1
+        )
+    return [indices, global_steps, *stacked] + ([mask] if mask is not None else []), done
+
+
+def steps_feeds(
+    indices: Sequence[int], global_steps: Sequence[int], values: Sequence[np.ndarray], mask: np.ndarray | None
+) -> list:
+    """The values for `build_steps_loop`'s feeds: run steps `indices` of the stacked `values`.
+
+    `global_steps[i]` is the global step of stacked step `i`.
+    """
+    flat: list = []
+    for value in values:
+        flat += [value.flat, value.shapes] if isinstance(value, RaggedSteps) else [value]
+    feeds = [np.asarray(indices, np.int32), np.asarray(global_steps, np.int64), *flat]
+    return feeds + ([mask] if mask is not None else [])

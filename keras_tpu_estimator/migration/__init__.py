@@ -1,0 +1,11 @@
+"""TODO migration."""
+
+from .install import (
+    install,
+    installed,
+)
+
+__all__ = [
+    "install",
+    "installed",
+]

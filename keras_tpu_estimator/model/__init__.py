@@ -1,0 +1,73 @@
+"""TODO model."""
+
+from .batch_methods import (
+    SingleBatchMethods,
+)
+from .estimator_model import (
+    GRAPH_MODE_KERAS_FACE,
+    Any,
+    Callable,
+    EstimatorModel,
+    ExecutionDriver,
+    ModeKeys,
+    ModelFn,
+    ModelFnRunner,
+    RunConfig,
+    Sequence,
+    StepCompilation,
+    TPUCompatibilityReport,
+    check_jit_compile,
+    check_model,
+    check_model_fn,
+    check_supported,
+    check_tpu_compatibility,
+    checked_variables,
+    get_logger,
+    make_loop_function,
+    num_workers,
+    per_replica_collections,
+    plain_count,
+    resolve_step_compilation,
+    resolve_strategy,
+    scratch_config,
+    tpu_cores,
+)
+from .keras_methods import (
+    KerasMethods,
+)
+from .trainer import (
+    EstimatorTrainer,
+)
+
+__all__ = [
+    "Any",
+    "Callable",
+    "EstimatorModel",
+    "EstimatorTrainer",
+    "ExecutionDriver",
+    "GRAPH_MODE_KERAS_FACE",
+    "KerasMethods",
+    "ModeKeys",
+    "ModelFn",
+    "ModelFnRunner",
+    "RunConfig",
+    "Sequence",
+    "SingleBatchMethods",
+    "StepCompilation",
+    "TPUCompatibilityReport",
+    "check_jit_compile",
+    "check_model",
+    "check_model_fn",
+    "check_supported",
+    "check_tpu_compatibility",
+    "checked_variables",
+    "get_logger",
+    "make_loop_function",
+    "num_workers",
+    "per_replica_collections",
+    "plain_count",
+    "resolve_step_compilation",
+    "resolve_strategy",
+    "scratch_config",
+    "tpu_cores",
+]

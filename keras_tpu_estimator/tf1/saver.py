@@ -1,0 +1,450 @@
+"""TF1 `Saver`s made inside a traced `model_fn`: which checkpoint name restores which variable.
+
+TPU programs build `tf.compat.v1.train.Saver(ema.variables_to_restore())` in
+`model_fn` or `scaffold_fn` and return it in a `Scaffold`, so evaluation
+restores each model variable from its moving average
+(`w <- w/ExponentialMovingAverage`); others build one for a
+`Scaffold(init_fn=lambda scaffold, sess: saver.restore(sess, ckpt))` or a
+hook's `after_create_session`. Inside a traced graph there is no session to
+run a real Saver's ops, so while `model_fn` runs (`saver_stand_in()`, entered
+by `legacy.model_fn_scope()`) `tf.compat.v1.train.Saver` is `TracedSaver`:
+it records `{model variable TF1 name: checkpoint name}` (`names`) and its
+`restore(sess, save_path)` calls `sess.restore_variables(save_path, names)`,
+which every session object this library hands to user code provides (with
+`restore_by_names`). Outside a traced graph (an export's TF1 graph) the same
+call makes TensorFlow's own Saver.
+
+A Scaffold's initialisers run as TF1's SessionManager ran them
+(`run_scaffold_initialisers`, `run_local_init_op`, called by
+`ModelFnRunner.start_session` after each call's restore). Their ops live in
+the build graph, a `FuncGraph` that nothing runs; `ScaffoldSession.run`
+prunes the part a fetch needs into a function (as
+`tf.compat.v1.wrap_function(...).prune` does) and calls it eagerly, on the
+model's variables, which the build graph captured. So `init_op`, and
+`init_fn(scaffold, session)` doing `session.run(assign)` or
+`saver.restore(session, ckpt)`, act on the model as in TF1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_tpu_estimator import _compat
+from keras_tpu_estimator._compat.graph_prune import pruned_graph_function
+from keras_tpu_estimator._compat.tf1_identity import tf1_identity
+from keras_tpu_estimator.model_dir import restore_checkpoint
+
+_REAL_SAVER = tf.compat.v1.train.Saver
+_REPLICA_SUFFIX = re.compile(r"/replica_\d+$")
+
+
+def variable_name(variable: Any) -> str:
+    """The TF1 name of a variable `model_fn` holds (`dense/kernel`), as `variable.op.name` gave it.
+
+    Example:
+
+    ```python
+    variable_name(tf.compat.v1.get_variable("w", [1]))   # 'w'
+    ```
+    """
+    if isinstance(variable, keras.Variable):  # a Keras layer's variable: its path is the TF1 name
+        return variable.path
+    name = getattr(variable, "name", None)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"A Saver's var_list holds {variable!r}, which is not a variable. Pass variables, or "
+            "a dict {checkpoint name: variable} such as ema.variables_to_restore()."
+        )
+    return _REPLICA_SUFFIX.sub("", name.split(":")[0])
+
+
+def saver_names(var_list: Any, allow_empty: bool = False) -> dict[str, str]:
+    """`{model variable TF1 name: checkpoint name}` for a Saver's `var_list`, as TF1's Saver read it.
+
+    A dict maps checkpoint names to variables; a list (or None: the graph's
+    global variables) saves each variable under its own name.
+
+    Example:
+
+    ```python
+    saver_names({"w/ExponentialMovingAverage": w})   # {'w': 'w/ExponentialMovingAverage'}
+    ```
+    """
+    if var_list is None:
+        var_list = tf.compat.v1.global_variables() + tf.compat.v1.get_collection(
+            tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS
+        )
+    if isinstance(var_list, Mapping):
+        pairs = list(var_list.items())
+    elif isinstance(var_list, (list, tuple, set)):
+        pairs = [(variable_name(v), v) for v in var_list]
+    else:
+        raise TypeError(
+            f"A Saver's var_list must be a dict {{checkpoint name: variable}} or a list of variables. "
+            f"Received: {type(var_list).__name__}"
+        )
+    names: dict[str, str] = {}
+    for key, variable in pairs:
+        if isinstance(variable, (list, tuple)):
+            raise NotImplementedError(
+                f"The Saver's var_list maps {key!r} to a list of variables (slices of a partitioned "
+                "variable), which keras_tpu_estimator does not restore. Map one name to one variable."
+            )
+        name = variable_name(variable)
+        if names.get(name, key) != key:
+            raise ValueError(
+                f"The Saver's var_list restores the variable {name!r} from two checkpoint names: "
+                f"{names[name]!r} and {key!r}. Map each variable once."
+            )
+        names[name] = str(key)
+    if not names and not allow_empty:
+        raise ValueError("No variables to save")  # TF1's text
+    return names
+
+
+def restore_by_names(variables_by_name: Mapping[str, Any], save_path: str, names: Mapping[str, str]) -> list[str]:
+    """Assigns each model variable named by a key of `names` the checkpoint value stored under its value.
+
+    What a session's `restore_variables(save_path, names)` does: `save_path`
+    is a checkpoint prefix (or a directory: its latest checkpoint); every
+    value is read before any variable changes.
+
+    Returns:
+        The model variable names restored.
+
+    Raises:
+        ValueError: a key names no variable of the model, or the checkpoint
+            lacks a value (the message lists what it holds).
+
+    Example:
+
+    ```python
+    restore_by_names(model.variables_by_name, "/tmp/m/model.ckpt-10",
+                     {"w": "w/ExponentialMovingAverage"})
+    ```
+    """
+    unknown = sorted(name for name in names if name not in variables_by_name)
+    if unknown:
+        raise ValueError(
+            f"The Saver restores {unknown}, which are not variables of the model (it has "
+            f"{sorted(variables_by_name)}). Build the Saver from variables model_fn creates."
+        )
+    restore_checkpoint(save_path, {name: variables_by_name[name] for name in names}, name_map=dict(names))
+    return list(names)
+
+
+class TracedSaver:
+    """Stands in for `tf.compat.v1.train.Saver` while `model_fn` is traced; a real Saver elsewhere.
+
+    Takes the Saver's arguments (only `var_list` and `allow_empty` matter) and
+    keeps `names`, `{model variable TF1 name: checkpoint name}`.
+
+    Example:
+
+    ```python
+    saver = tf.compat.v1.train.Saver(ema.variables_to_restore())   # inside model_fn
+    saver.names                       # {'w': 'w/ExponentialMovingAverage', 'global_step': 'global_step'}
+    saver.restore(session, ckpt)      # session.restore_variables(ckpt, saver.names)
+    ```
+    """
+
+    def __new__(cls, var_list: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if not tf.inside_function():  # a TF1 graph (export) or eager code: TensorFlow's own Saver
+            return _REAL_SAVER(var_list, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, var_list: Any = None, *args: Any, allow_empty: bool = False, **kwargs: Any):
+        self.names = saver_names(var_list, allow_empty)
+        self.saver_def = None
+
+    def restore(self, sess: Any, save_path: str | None) -> None:
+        """Restores `names` from `save_path` through `sess.restore_variables`."""
+        if save_path is None:
+            raise ValueError("Can't load save_path when it is None.")  # TF1's text
+        restore = getattr(sess, "restore_variables", None)
+        if restore is None:
+            raise TypeError(
+                f"A Saver built inside model_fn restores through the session keras_tpu_estimator "
+                f"passes (Scaffold init_fn, a hook's after_create_session); received {sess!r}."
+            )
+        restore(save_path, dict(self.names))
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "A Saver built inside model_fn cannot save: keras_tpu_estimator writes checkpoints "
+            "itself (RunConfig.save_checkpoints_steps / keep_checkpoint_max)."
+        )
+
+    def build(self) -> None:
+        """Nothing to build (TF1's deferred build)."""
+
+    def __repr__(self) -> str:
+        return f"<TracedSaver {self.names}>"
+
+
+def _initializer(original: Any) -> Any:
+    """`original` (a `*variables_initializer`), grouping only the initializers a traced graph has.
+
+    The model's variables were created and initialised outside the graph, so
+    they have no initializer op there (TF raised "'inputs' should be zero or
+    more (nested) Tensors"); a Scaffold `init_op` runs only when the model was
+    just initialised, so leaving them out changes nothing.
+    """
+
+    def initializer(*args: Any, **kwargs: Any) -> Any:
+        if not tf.inside_function():
+            return original(*args, **kwargs)
+        if original.__name__ == "variables_initializer":
+            var_list, name = (list(args) + [kwargs.get("var_list"), kwargs.get("name", "init")])[:2]
+        else:
+            local = "local" in original.__name__
+            var_list = tf.compat.v1.local_variables() if local else tf.compat.v1.global_variables()
+            name = "init"
+        ops = [op for op in map(_graph_initializer, var_list or []) if op is not None]
+        return tf.group(*ops, name=name)
+
+    initializer.__name__ = original.__name__
+    return initializer
+
+
+def _graph_initializer(variable: Any) -> Any:
+    """The variable's initializer op in the graph, or None (created eagerly: a distributed one raises)."""
+    try:
+        op = variable.initializer
+    except (TypeError, AttributeError):  # MirroredVariable groups its components' None initializers
+        return None
+    return op if _in_graph(op) else None
+
+
+_INITIALIZERS = ["variables_initializer", "global_variables_initializer", "local_variables_initializer",
+                 "initialize_all_variables", "initialize_variables", "initialize_local_variables"]
+
+
+def _patches() -> list:
+    patches, seen = [], set()
+    for module in _compat.compat_v1_modules():
+        if id(module.train) not in seen:
+            seen.add(id(module.train))
+            patches.append((module.train, "Saver", TracedSaver))
+        if id(module) not in seen:
+            seen.add(id(module))
+            for attribute in _INITIALIZERS:
+                if hasattr(module, attribute):
+                    patches.append((module, attribute, _initializer(getattr(module, attribute))))
+        aliases = getattr(module, "initializers", None)  # tf.compat.v1.initializers.global_variables()
+        if aliases is not None and id(aliases) not in seen:
+            seen.add(id(aliases))
+            for attribute in ("variables", "global_variables", "local_variables"):
+                if hasattr(aliases, attribute):
+                    patches.append((aliases, attribute, _initializer(getattr(aliases, attribute))))
+    return patches
+
+
+@contextlib.contextmanager
+def saver_stand_in() -> Iterator[None]:
+    """While active (any thread), `tf.compat.v1.train.Saver` is `TracedSaver`.
+
+    And in a traced graph `tf.compat.v1.global_variables_initializer()` (and
+    its kin) group only initializer ops that graph has: none for the model's
+    variables, which are created initialised (`_initializer`).
+
+    Example:
+
+    ```python
+    with saver_stand_in():
+        spec = model_fn(features, labels, mode, params)
+    ```
+    """
+    with _compat.patched_attributes("tf1_saver", _patches):
+        yield
+
+
+class ScaffoldSession:
+    """The session a Scaffold's `init_fn(scaffold, session)` gets: runs ops built in `model_fn`, restores Savers.
+
+    `run(fetches, feed_dict=None)` runs tensors and operations of the build
+    graph (assign ops, `init_op`) eagerly on the model's variables: the part
+    of the graph they need is pruned into a function
+    (`_compat.graph_prune.pruned_graph_function`, what
+    `tf.compat.v1.wrap_function(...).prune` does); operations give None,
+    tensors NumPy values, variables their values, as `Session.run` did.
+    `restore_variables(save_path, names)` is what a `TracedSaver.restore` calls.
+    On a `MirroredStrategy` the build graph reaches each variable's first
+    component, so after every `run` the other components are set equal to it.
+
+    Example:
+
+    ```python
+    session = ScaffoldSession(model.variables_by_name, strategy)
+    scaffold.init_fn(scaffold, session)   # saver.restore(session, ckpt) or session.run(assign)
+    ```
+    """
+
+    def __init__(self, variables_by_name: Mapping[str, Any], strategy: tf.distribute.Strategy | None = None):
+        self._variables = dict(variables_by_name)
+        self._strategy = strategy
+        self.graph = None  # set to the build graph of the first op run
+
+    def restore_variables(self, save_path: str, names: Mapping[str, str]) -> None:
+        """Assigns each model variable named by a key of `names` from the checkpoint value under its value."""
+        restore_by_names(self._variables, save_path, names)
+
+    def run(self, fetches: Any, feed_dict: Mapping[Any, Any] | None = None, options: Any = None,
+            run_metadata: Any = None) -> Any:
+        """Runs `fetches` (a nested structure of ops, tensors and variables of the build graph)."""
+        with tf1_identity():  # tensors as feed_dict keys, as in TF1
+            return self._run(fetches, feed_dict)
+
+    def _run(self, fetches: Any, feed_dict: Mapping[Any, Any] | None) -> Any:
+        flat = tf.nest.flatten(fetches, expand_composites=False)
+        feeds = dict(feed_dict or {})
+        # `assign` of a resource variable in the graph gives a variable whose value follows the assign.
+        targets = {id(f): _graph_targets(f) for f in flat}
+        targets = {key: found for key, found in targets.items() if found}
+        graphed = [t for found in targets.values() for t in found] + [k for k in feeds if _in_graph(k)]
+        graphs = {id(item.graph): item.graph for item in graphed}
+        if len(graphs) > 1:
+            raise ValueError("Session.run in a Scaffold init_fn fetches ops of more than one model_fn graph.")
+        values: dict[int, Any] = {}
+        if targets:
+            graph = next(iter(graphs.values()))
+            self.graph = graph
+            try:
+                function = pruned_graph_function(graph, list(feeds), [t for found in targets.values() for t in found])
+                results = function(*[tf.convert_to_tensor(v) for v in feeds.values()])
+            except (ValueError, TypeError, tf.errors.OpError) as error:
+                raise ValueError(
+                    f"A Scaffold's session.run({fetches!r}) cannot run: {error}. Run ops that need no "
+                    "input of model_fn (assigns, variable reads), or feed them with feed_dict."
+                ) from error
+            results = iter(tf.nest.flatten(results))
+            for key, found in targets.items():
+                first = [next(results) for _ in found][0]
+                values[key] = None if isinstance(found[0], tf.Operation) else _numpy(first)
+            self._mirror()
+        out = []
+        for item in flat:
+            if id(item) in values:
+                out.append(values[id(item)])
+            elif isinstance(item, tf.Variable) or isinstance(item, keras.Variable):
+                out.append(_numpy(item))
+            elif item is None:
+                out.append(None)
+            else:
+                raise TypeError(f"Cannot run {item!r}: fetch ops, tensors or variables of model_fn's graph.")
+        return tf.nest.pack_sequence_as(fetches, out)
+
+    def _mirror(self) -> None:
+        """Every component of a distributed variable gets its first component's value."""
+        if self._strategy is None or self._strategy.num_replicas_in_sync == 1:
+            return
+        for variable in self._variables.values():
+            value = getattr(variable, "value", variable)
+            components = self._strategy.experimental_local_results(value)
+            for component in components[1:]:
+                component.assign(components[0].read_value())
+
+
+def _in_graph(item: Any) -> bool:
+    return isinstance(item, (tf.Tensor, tf.Operation)) and getattr(item.graph, "building_function", False)
+
+
+def _graph_targets(item: Any) -> list:
+    """What to fetch from the build graph for `item`, the first giving its value; [] for an eager item.
+
+    A distributed value (a `MirroredVariable`'s assign in the build graph) gives
+    every component: all of them run.
+    """
+    if isinstance(item, tf.distribute.DistributedValues):
+        components = [_graph_target(c) for c in item.values]
+        return [] if any(c is None for c in components) else components
+    target = _graph_target(item)
+    return [] if target is None else [target]
+
+
+def _graph_target(item: Any) -> Any:
+    """What to fetch from the build graph for `item`: itself, the value after an assign, or None (eager)."""
+    if _in_graph(item):
+        return item
+    if isinstance(item, tf.Variable):
+        try:
+            op = item.op  # an `assign`'s result: the assign op (an eager variable has none here)
+        except AttributeError:
+            return None
+        if _in_graph(op):
+            with op.graph.as_default():
+                return item.read_value()
+    return None
+
+
+def _numpy(value: Any) -> Any:
+    value = value.read_value() if hasattr(value, "read_value") else value
+    return value.numpy() if hasattr(value, "numpy") else value
+
+
+def run_scaffold_initialisers(scaffold: Any, session: ScaffoldSession) -> None:
+    """Runs `scaffold.init_op` (fed `init_feed_dict`), then `init_fn(scaffold, session)`, as TF1's SessionManager.
+
+    For a model just initialised (nothing restored). TF1 ran `init_op`
+    instead of initialising the variables itself; here they already hold
+    their initial values, and `tf.compat.v1.global_variables_initializer()`
+    inside `model_fn` groups nothing (`saver_stand_in`).
+
+    Example:
+
+    ```python
+    run_scaffold_initialisers(scaffold, ScaffoldSession(model.variables_by_name))
+    ```
+    """
+    if scaffold is None:
+        return
+    if scaffold.init_op is not None:
+        session.run(scaffold.init_op, feed_dict=scaffold.init_feed_dict)
+    if scaffold.init_fn is not None:
+        with tf1_identity():  # what model_fn built stays hashable, as in TF1
+            scaffold.init_fn(session)  # the Scaffold passes itself: init_fn(scaffold, session)
+
+
+def run_local_init_op(scaffold: Any, session: ScaffoldSession) -> None:
+    """Runs `scaffold.local_init_op`, as TF1 ran it in every session (after restoring or initialising).
+
+    Example:
+
+    ```python
+    run_local_init_op(scaffold, ScaffoldSession(model.variables_by_name))
+    ```
+    """
+    if scaffold is not None and scaffold.local_init_op is not None:
+        session.run(scaffold.local_init_op)
+
+
+def traced_saver_of(scaffold: Any) -> TracedSaver | None:
+    """The `TracedSaver` a Scaffold holds, or None (no saver, or a real one).
+
+    Example:
+
+    ```python
+    traced_saver_of(spec.scaffold_fn())   # TracedSaver of ema.variables_to_restore()
+    ```
+    """
+    saver = getattr(scaffold, "saver", None)
+    return saver if isinstance(saver, TracedSaver) else None
+
+
+__all__ = [
+    "ScaffoldSession",
+    "TracedSaver",
+    "restore_by_names",
+    "run_local_init_op",
+    "run_scaffold_initialisers",
+    "saver_names",
+    "saver_stand_in",
+    "traced_saver_of",
+    "variable_name",
+]
