@@ -1,4 +1,8 @@
-"""TODO face."""
+"""`keras_tpu_estimator.tpu_estimator`: the old import path of `TPUEstimator` and its companions.
+
+The class lives in the facade wing (`facade/tpu_estimator.py`); this path stays for programs
+that import it, as they imported `tensorflow_estimator...tpu.tpu_estimator`.
+"""
 
 from keras_tpu_estimator.facade import (
     Any,

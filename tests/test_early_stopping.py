@@ -1,4 +1,4 @@
-"""`tf.estimator.experimental`'s hooks (early_stopping.py) behave as the original's.
+"""`tf.estimator.experimental`'s hooks (facade/early_stopping.py) behave as the original's.
 
 The hook cases of `tests/training_cases.py` are compared with what the
 original gave (`tests/recorded_training_numbers.py`; two deliberate

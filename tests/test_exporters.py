@@ -1,4 +1,4 @@
-"""The exporters (exporters.py) and the eval event reader they share (eval_events.py) behave as the original's.
+"""The exporters (facade/exporters.py) and the eval event reader they share (model_dir/eval_events.py) behave as the original's.
 
 The exporter cases of `tests/training_cases.py` are compared with what the
 original gave (`tests/recorded_training_numbers.py`); then garbage collection,

@@ -1,4 +1,4 @@
-"""TF1 fetch semantics (`fetches.py`): what a traced step runs, and what it leaves out."""
+"""TF1 fetch semantics (`tf1/fetches.py`): what a traced step runs, and what it leaves out."""
 
 import numpy as np
 import tensorflow as tf
@@ -62,7 +62,7 @@ def accumulating_model_fn(features, labels, mode, params):
     )
     loss = tf.reduce_mean(tf.square(tf.matmul(features["x"], w) - labels))
     step = tf.compat.v1.train.get_or_create_global_step()
-    gradient = tf.compat.v1.gradients(loss, [w])[0]  # the replica mean (cross_replica.py)
+    gradient = tf.compat.v1.gradients(loss, [w])[0]  # the replica mean (tf1/cross_replica.py)
 
     def apply():  # no optimizer: a merge_call inside a cond is a TensorFlow limitation
         with tf.control_dependencies([w.assign_sub(0.05 * accum / 2.0)]):

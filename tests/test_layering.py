@@ -1,52 +1,119 @@
-"""Imports flow down the module layers (STYLE.md); no module imports one above it."""
+"""The package's plan: wings (subpackages), the directions their imports may take, and `_compat`.
+
+A wing is entered from outside only through its `__init__` names; inside a wing,
+modules import each other relatively. `ALLOWED` is the whole map: a wing imports
+only the wings listed for it, so two siblings left out of each other's lists
+(for instance `host` and `inputs`) cannot come to know each other unnoticed.
+"""
 
 import ast
+import graphlib
 import pathlib
 import tempfile
 
-LAYERS = {
-    "_compat": 0, "per_thread": 0, "versions": 0, "tf_config": 0, "logs": 0, "nan_errors": 0, "graph_mode": 0,
-    "spec": 1, "config": 1,
-    "strategy": 2, "variables": 2, "inputs": 2, "graph_input": 2, "checkpoints": 2, "meta_graph": 2, "legacy": 2, "cross_replica": 2, "tf1_summaries": 2,
-    "serving": 2, "fetches": 2, "worker_errors": 2, "optimizer_view": 2, "model_dir": 2,
-    "model_dir_lock": 2, "batch_plan": 2, "estimator_args": 2, "step_compilation": 2, "source_lines": 0,
-    "tf1_saver": 2,  # imports checkpoints (2); legacy (2) enters its stand-in
-    "invoke": 3, "loop": 3, "host": 3, "host_plan": 3, "host_loop": 3, "host_gather": 3, "metric_ops": 3, "padding": 3, "predictions": 3, "export": 3, "preemption": 3,
-    "inference": 3, "step_tensors": 3, "profiler": 3, "input_deployment": 3,
-    "model_fn": 4, "driver": 4, "hook_graph": 4, "tpu_readiness": 4,
-    "trainer": 5, "model": 5, "session_hooks": 5, "batch_methods": 5, "keras_methods": 5,
-    "callbacks": 6, "restore": 6,
-    "estimator_calls": 7,  # the facade's train / evaluate / predict bodies
-    "plain_estimator": 8,  # the plain Estimator, which TPUEstimator subclasses
-    "tpu_estimator": 9,
-    # train_and_evaluate, its exporters and the experimental hooks drive the facade through its public methods
-    "eval_events": 2, "nested_evaluation": 2, "exporters": 10, "early_stopping": 10, "training": 11,
-    "estimator": 12,  # the package laid out like tf.compat.v1.estimator
-    "install": 13,  # the old names resolve to this library
-    "__main__": 14,  # python -m keras_tpu_estimator SCRIPT
+# wing: the wings it may import from (directly). "" is the package's own `__init__` (the `kte.*` face).
+ALLOWED = {
+    "versions": set(),  # the supported releases; runs with `python -m`, imports no TensorFlow
+    "utils": set(),  # logging, per-thread containers, source lines
+    "_compat": {"utils", "versions"},  # every private TF / Keras symbol
+    "contract": set(),  # what programs write against: ModeKeys, the specs, RunConfig, TF_CONFIG
+    "distribute": {"_compat", "contract", "utils"},
+    "model_dir": {"_compat", "utils"},
+    "tf1": {"_compat", "model_dir", "utils", "versions"},
+    "inputs": {"contract", "distribute", "utils"},
+    "host": {"_compat", "contract", "tf1", "utils"},
+    "xla": {"_compat", "contract", "inputs", "tf1", "utils"},
+    "engine": {"_compat", "contract", "distribute", "host", "inputs", "model_dir", "tf1", "utils", "xla"},
+    "export": {"_compat", "contract", "engine", "model_dir", "tf1", "utils"},
+    "callbacks": {"_compat", "contract", "distribute", "export", "model_dir", "tf1", "utils"},
+    "model": {"_compat", "callbacks", "contract", "distribute", "engine", "export", "inputs", "model_dir", "tf1",
+              "utils", "xla"},
+    "facade": {"_compat", "callbacks", "contract", "distribute", "engine", "export", "host", "model", "model_dir",
+               "utils", "xla"},
+    "estimator": {"contract", "export", "facade", "model_dir"},  # the tf.compat.v1.estimator namespace
+    "tpu_estimator": {"facade"},  # the old import path of TPUEstimator
+    "migration": {"_compat"},  # install(): the removed names resolve to this library
+    "": {"_compat", "callbacks", "contract", "distribute", "estimator", "export", "facade", "inputs", "migration",
+         "model", "model_dir", "tf1", "versions", "xla"},
+    "__main__": {""},
+    "examples": {""},
 }
+# Siblings that must never know each other, whatever ALLOWED comes to say.
+STRANGERS = [("distribute", "model_dir"), ("tf1", "inputs"), ("tf1", "distribute"), ("host", "inputs"),
+             ("host", "xla"), ("host", "distribute"), ("export", "host"),
+             ("callbacks", "host"), ("callbacks", "inputs"), ("model_dir", "contract")]
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_tpu_estimator"
+OPEN_WINGS = {"_compat", "estimator"}  # entered by submodule: `_compat.xla`, `estimator.tpu`
 
 
-def _sources(name: str) -> list[pathlib.Path]:
-    module = PACKAGE / f"{name}.py"
-    return [module] if module.exists() else sorted((PACKAGE / name).rglob("*.py"))
+def _wing(source: pathlib.Path) -> str:
+    parts = source.relative_to(PACKAGE).parts
+    return "" if parts == ("__init__.py",) else parts[0].removesuffix(".py")
 
 
-def test_no_module_imports_a_higher_layer():
-    for name, layer in LAYERS.items():
-        trees = [ast.parse(source.read_text()) for source in _sources(name)]
-        for node in (node for tree in trees for node in ast.walk(tree)):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_tpu_estimator"):
-                targets = [node.module.split(".")[1]] if "." in node.module else [a.name for a in node.names]
-                for target in targets:
-                    assert LAYERS.get(target, -1) <= layer, f"{name} imports {target}"
+def _package_imports():
+    """(source, its wing, line, the module imported, names) for every absolute import of the package."""
+    for source in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                module, names = node.module or "", [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "keras_tpu_estimator":
+                        yield source, _wing(source), node.lineno, alias.name, []
+                continue
+            else:
+                continue
+            if module.split(".")[0] == "keras_tpu_estimator":
+                yield source, _wing(source), node.lineno, module, names
 
 
-def test_every_module_is_placed_in_a_layer():
-    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
-    modules |= {p.parent.name for p in PACKAGE.glob("*/__init__.py")} - {"examples"}
-    assert modules == set(LAYERS)
+def _targets(module: str, names: list[str]) -> list[str]:
+    parts = module.split(".")
+    if len(parts) > 1:
+        return [parts[1]]
+    return [n for n in names if n in ALLOWED] or [""]
+
+
+def test_every_wing_imports_only_the_wings_it_may():
+    wrong = []
+    for source, wing, line, module, names in _package_imports():
+        for target in _targets(module, names):
+            if target != wing and target not in ALLOWED[wing]:
+                wrong.append(f"{source.relative_to(PACKAGE)}:{line} ({wing or 'kte'}) imports {target or 'kte'}")
+    assert not wrong, wrong
+
+
+def test_the_wings_form_one_order():
+    order = list(graphlib.TopologicalSorter(ALLOWED).static_order())  # raises CycleError on a cycle
+    assert set(order) == set(ALLOWED)
+
+
+def test_strangers_stay_strangers():
+    for a, b in STRANGERS:
+        assert b not in ALLOWED[a] and a not in ALLOWED[b], (a, b)
+
+
+def test_a_wing_is_entered_from_outside_only_through_its_init():
+    deep = []
+    for source, wing, line, module, _ in _package_imports():
+        parts = module.split(".")
+        if len(parts) > 2 and parts[1] not in OPEN_WINGS:
+            deep.append(f"{source.relative_to(PACKAGE)}:{line} imports {module}")
+        if len(parts) == 2 and parts[1] == wing and wing in WINGS - OPEN_WINGS:
+            deep.append(f"{source.relative_to(PACKAGE)}:{line} imports its own wing's __init__ (use `from .x import`)")
+    assert not deep, deep
+
+
+WINGS = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+
+
+def test_every_wing_and_top_module_is_placed_and_each_wing_teaches_its_concept():
+    placed = WINGS | {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"} | {""}
+    assert placed == set(ALLOWED)
+    for wing in WINGS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text())) or ""
+        assert len(doc.split()) >= 12, f"{wing}/__init__.py: a docstring that teaches the wing's concept"
 
 
 def test_private_tensorflow_and_keras_modules_are_imported_only_in_compat():

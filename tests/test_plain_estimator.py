@@ -1,4 +1,4 @@
-"""The plain `Estimator` (plain_estimator.py) behaves as the original `tf.estimator.Estimator`.
+"""The plain `Estimator` (facade/estimator.py) behaves as the original `tf.estimator.Estimator`.
 
 The cases of `tests/estimator_cases.py` run here on `keras_tpu_estimator.estimator`
 and are compared with what TF 2.15's Estimator gave for the same code

@@ -1,4 +1,4 @@
-"""`train_and_evaluate`, `TrainSpec` and `EvalSpec` (training.py) behave as the original's.
+"""`train_and_evaluate`, `TrainSpec` and `EvalSpec` (facade/train_and_evaluate.py) behave as the original's.
 
 The cases of `tests/training_cases.py` run here on `keras_tpu_estimator.estimator`
 and are compared with what the original (TF 2.15) gave for the same code

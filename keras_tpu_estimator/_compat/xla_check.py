@@ -44,7 +44,7 @@ from keras_tpu_estimator._compat.xla import (  # noqa: F401  (part of this modul
 
 
 def fetched_with_ops(fn: Callable[[], Any], name: str = "checked_step") -> tuple[Any, list[tf.Operation]]:
-    """`run_fetched(fn)` (`fetches.py`), and the ops of `fn`'s trace that its result needs."""
+    """`run_fetched(fn)` (`tf1/fetches.py`), and the ops of `fn`'s trace that its result needs."""
     result, kept = trace_needed(fn, name)
     return result, ops_with_bodies(kept, kept[0].graph if kept else None)
 

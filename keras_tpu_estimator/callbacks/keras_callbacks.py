@@ -121,7 +121,7 @@ class CheckpointSaver(keras.callbacks.Callback):
         save_graph_def: Write `model.ckpt-<step>.meta` with each checkpoint, as
             TPUEstimator's `Saver` did (`RunConfig.checkpoint_save_graph_def`):
             a TF1 meta graph of the checkpoint's variables and its saver, for
-            `tf.compat.v1.train.import_meta_graph` (see `meta_graph.py`).
+            `tf.compat.v1.train.import_meta_graph` (see `model_dir/meta_graph.py`).
 
     Example:
 

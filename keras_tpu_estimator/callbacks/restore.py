@@ -2,7 +2,7 @@
 
 The Estimator's session creation restored the latest checkpoint, else
 warm-started. Here the candidates are `model_dir`'s checkpoints newest first
-(found by scanning, `model_dir.py`): one that cannot be read is skipped with a
+(found by scanning, `model_dir/contents.py`): one that cannot be read is skipped with a
 warning naming it and why, and the next older one is restored; if none
 restores, one error lists what was tried. A checkpoint named explicitly
 (`checkpoint_path=`) is restored or is an error naming it.

@@ -4,11 +4,11 @@ A TPUEstimator hook saw one `session.run` per loop of `iterations_per_loop`
 steps. `SessionRunHookCallback` gives it the same life here:
 
 - `begin()` once the model is built, in a small TF1 *hook graph*
-  (`hook_graph.py`: the default graph while the hook runs; the hooks of one
+  (`callbacks/hook_graph.py`: the default graph while the hook runs; the hooks of one
   call share it and its session, as TF1's hooks did) that holds the
   model's variables as TF1 variables under their TF1 names (`global_step`,
   `dense/kernel`), a placeholder for the step's loss and one for each tensor
-  computed inside the step that the hook fetches (`step_tensors.py`); the
+  computed inside the step that the hook fetches (`tf1/step_tensors.py`); the
   tensors and variables a hook built in `model_fn` holds are rebound to them;
 - `after_create_session(session, coord)` once, then `before_run` /
   `after_run` around every execution, and `end(session)`;
@@ -18,7 +18,7 @@ steps. `SessionRunHookCallback` gives it the same life here:
   updates: the global step 0, 4, 8 with K=4), and the loss and in-step
   tensors of its last step (on the strategy path, replica 0's);
 - `run_context.request_stop()` stops after the current execution; a run that
-  asks for a full trace (`ProfilerHook`) is profiled (`profiler.py`).
+  asks for a full trace (`ProfilerHook`) is profiled (`callbacks/profiler.py`).
 
 On the CPU path (`use_tpu=False`) the original ran hooks at every step, so
 executions there are one step long while a session hook is present.

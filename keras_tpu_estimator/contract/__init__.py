@@ -1,4 +1,17 @@
-"""TODO contract."""
+"""What programs write against: the words of a `model_fn` and its configuration.
+
+`ModeKeys`, `TPUEstimatorSpec` and `EstimatorSpec` (with the checks the original made on
+them) are what a `model_fn(features, labels, mode, params)` returns; `RunConfig`,
+`TPUConfig` and `InputPipelineConfig` are how a program sizes its loops; `TF_CONFIG` is
+read as the Estimator read it. This wing imports nothing else of the package.
+
+Example:
+
+```python
+spec = TPUEstimatorSpec(mode=ModeKeys.TRAIN, loss=loss, train_op=train_op)
+config = RunConfig(model_dir="/tmp/m", tpu_config=TPUConfig(iterations_per_loop=100))
+```
+"""
 
 from .config import (
     InputPipelineConfig,

@@ -27,7 +27,7 @@ class InputPipelineConfig:
     """How `input_fn` is deployed (TPUEstimator's values).
 
     On the strategy path `input_fn` is deployed as the original deployed it
-    (`input_deployment.py`): `PER_HOST_V1` once per host with the per-host
+    (`inputs/deployment.py`): `PER_HOST_V1` once per host with the per-host
     batch, split over the host's replicas; `PER_HOST_V2` once per host with
     the per-replica batch; `PER_SHARD_V1` (TRAIN) once per replica.
     `BROADCAST` is not supported.

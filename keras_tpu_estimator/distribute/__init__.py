@@ -1,4 +1,15 @@
-"""TODO distribute."""
+"""Which `tf.distribute` strategy runs a model, and the batch arithmetic over its replicas.
+
+`resolve_strategy` picks the strategy of a run (`TPUStrategy`, `MirroredStrategy`,
+`MultiWorkerMirroredStrategy` or the default one); `TPUContext` is the `params['context']`
+an `input_fn` reads; `worker_errors` makes the error that ended one worker end the others.
+
+Example:
+
+```python
+strategy = resolve_strategy(use_tpu=False)   # the CPU path: the default strategy
+```
+"""
 
 from .strategy import (
     TPUContext,

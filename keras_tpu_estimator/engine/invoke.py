@@ -10,8 +10,8 @@ caller's own context managers, and checks the spec it returns
 `Saver` built there is a `tf1_saver.TracedSaver` in a traced graph.
 
 What differs between callers is only what they pass: the model's runner
-(`model_fn.py`) its variable store, optimizer recording, padding mask and
-synchronized gradients as contexts; the exporter (`export.py`) Keras naming
+(`engine/runner.py`) its variable store, optimizer recording, padding mask and
+synchronized gradients as contexts; the exporter (`export/saved_model.py`) Keras naming
 contexts; `inference.model_fn_inference_on_tpu` nothing, and the two
 behaviours of the original's TPU inference (undeclared labels dropped, the
 Scaffold left to the exporter).

@@ -11,9 +11,9 @@ Vocabulary used across the package:
 `strategy.run` of a replica step, reducing the loss over replicas and stacking
 per-step outputs (concatenated across replicas in replica order). Because
 `num_steps` is a tensor argument, a short tail execution reuses the same trace.
-What a step does belongs to `model_fn.py`; when to stop, to `driver.py`.
+What a step does belongs to `engine/runner.py`; when to stop, to `engine/driver.py`.
 
-Each step has TF1 fetch semantics (`fetches.py`): only what the replica step
+Each step has TF1 fetch semantics (`tf1/fetches.py`): only what the replica step
 returns, and what that needs, runs. Under a `TPUStrategy` each replica's step
 is pruned inside the TPU computation; under other strategies the whole
 `strategy.run` is, so that cross-replica `merge_call`s stay in one graph.
@@ -155,14 +155,14 @@ def make_loop_function(
             only (the CPU path: the Estimator ran the hooks of replica 0's
             spec), instead of concatenating every replica's.
         compilation: How the replicas' step (with its `replica_tail`) is
-            compiled with XLA off a TPU (`step_compilation.py`); a
+            compiled with XLA off a TPU (`xla/step_compilation.py`); a
             `TPUStrategy` compiles it anyway.
 
     Returns:
         A `tf.function`. Call it with an iterator of a distributed dataset and
         an int32 scalar tensor; it stops early when the iterator runs out.
         Pass `infinite=True` when the input surely holds `num_steps` more steps
-        (a repeated dataset, or a counted one: `driver.py`): its steps then
+        (a repeated dataset, or a counted one: `engine/driver.py`): its steps then
         read the iterator without checking for the end (on a small model, the
         check and its branch cost about a third of a step). Pass `single=True`
         for an execution of one step (`num_steps` is then ignored): the step

@@ -15,8 +15,8 @@ optimizer):
   of `params['batch_size']` rows per replica (padded in EVAL and PREDICT);
 - **steps**: the per-replica train, test and predict steps the device loop runs.
 
-It leaves the loop to `loop.py`, the host side to `host.py` and the Keras API
-(`fit`, `evaluate`, `predict`) to `trainer.py`.
+It leaves the loop to `engine/loop.py`, the host side to `host/runner.py` and the Keras API
+(`fit`, `evaluate`, `predict`) to `model/trainer.py`.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class ModeRecord:
         hooks: The spec's `training_hooks` / `evaluation_hooks` / `prediction_hooks`.
         graph: The build's graph (where hooks find the tensors model_fn computes in the step).
         loss_name: The op name `model_fn` gave its loss (what TF1 hooks fetch).
-        host_plan: What each step sends to the host, in which order (`host_plan.py`), or None.
+        host_plan: What each step sends to the host, in which order (`host/plan.py`), or None.
         input_steps: The steps a new iterator of the current call's input holds,
             when known: `math.inf` for a repeated dataset, a count when every
             step takes one element of one dataset of known size (one replica,
@@ -174,12 +174,12 @@ class ModelFnRunner:
         self.host = HostRunner(every_n)
         self.modes: dict[str, ModeRecord] = {}
         self.uses_keras_optimizer = False
-        self.hook_tensors = StepTensors(strategy)  # in-step tensors session hooks fetch (step_tensors.py)
+        self.hook_tensors = StepTensors(strategy)  # in-step tensors session hooks fetch (tf1/step_tensors.py)
         self.keras_optimizers: list = []  # Keras optimizers model_fn created (for model.optimizer)
-        self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (metric_ops.py)
+        self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (tf1/metric_ops.py)
         self.predict_keys: Sequence[str] | str | None = None  # the only predictions PREDICT computes
         self.initialised = False  # restored, or initialised with the Scaffold's init_op / init_fn
-        # Build the steps a TPU runs off one (`tpu_readiness.py`): TF1 summaries not written in the step.
+        # Build the steps a TPU runs off one (`xla/readiness.py`): TF1 summaries not written in the step.
         self.tpu_program = False
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
@@ -252,7 +252,7 @@ class ModelFnRunner:
                     scaffold = call_scaffold_fn(spec.scaffold_fn)
             summaries = summary_names(graph)
             # TF1 summaries: written in TRAIN off a TPU, as the Estimator's SummarySaverHook
-            # wrote them (tf1_summaries.py); its evaluate and predict wrote none, nor its TPU path.
+            # wrote them (tf1/summaries.py); its evaluate and predict wrote none, nor its TPU path.
             on_tpu = _compat.is_tpu_strategy(self.strategy) or self.tpu_program
             writes_summaries = bool(summaries) and mode == ModeKeys.TRAIN and not on_tpu
             if summaries and not writes_summaries:
@@ -353,11 +353,11 @@ class ModelFnRunner:
         return tf.cast(tf.shape(first)[0], tf.float32)
 
     def _hook_writes(self, mode: str, spec: Any) -> list:
-        """The step's writes of the tensors session hooks fetch (`step_tensors.py`)."""
+        """The step's writes of the tensors session hooks fetch (`tf1/step_tensors.py`)."""
         return self.hook_tensors.capture(mode, spec)
 
     def _host_values(self, mode: str, spec: Any, mask: Any, step_before: Any = None) -> list:
-        """What one step sends to the host, in the host plan's order (`host_plan.py`).
+        """What one step sends to the host, in the host plan's order (`host/plan.py`).
 
         `step_before`: in TRAIN, the global step before the update (it schedules TF1 summaries).
         """
@@ -397,7 +397,7 @@ class ModelFnRunner:
     def train_step(self, data: Any) -> dict:
         """One replica's training step: `model_fn(TRAIN)`, its update, one global-step increment.
 
-        Only what the result needs runs (`fetches.py`): the `train_op` (or,
+        Only what the result needs runs (`tf1/fetches.py`): the `train_op` (or,
         with a Keras optimizer, the gradients `apply_keras_optimizer` applies),
         the loss and the host tensors.
         """
@@ -518,7 +518,7 @@ class ModelFnRunner:
         training when `shuffle`.
 
         On the strategy path every EVAL and PREDICT batch is padded to the
-        static batch size with a mask (`padding.py`), so a partial last batch
+        static batch size with a mask (`inputs/padding.py`), so a partial last batch
         needs no special care; on the CPU path they keep their real rows, and
         on a strategy (`RunConfig(train_distribute=...)`) each replica takes
         whole batches in turn, `input_fn` getting the `InputContext`.

@@ -1,4 +1,16 @@
-"""TODO export."""
+"""SavedModel export, with the Estimator's export vocabulary.
+
+`saved_model` writes CPU and TPU serving SavedModels from a `model_fn` in PREDICT mode;
+`serving` holds the vocabulary (`ServingInputReceiver`, `build_raw_serving_input_receiver_fn`,
+`PredictOutput`, ...); `inference` is TPU inference for export API V2 (a TPU partitioned
+call behind server-side batching). `keras_tpu_estimator.export` is a public path.
+
+Example:
+
+```python
+receiver_fn = kte.export.build_raw_serving_input_receiver_fn({"x": tf.zeros([1, 4])})
+```
+"""
 
 from .inference import (
     BatchConfig,

@@ -10,7 +10,7 @@ Separation of concerns:
   a `TPUPartitionedCall` (every call runs on one core, round-robin over the
   host's cores), and, when batching is configured, inside a `BatchFunction`
   op that groups concurrent requests on the server.
-- `export.py` writes the SavedModel. Under API V2 it calls `model_fn` with
+- `export/saved_model.py` writes the SavedModel. Under API V2 it calls `model_fn` with
   `params['use_tpu']=True` for the TPU MetaGraph and leaves TPU calls to it,
   so a V2 `model_fn` calls one of these functions itself. Under API V1 the
   exporter calls `model_fn_inference_on_tpu` on the whole `model_fn`, which

@@ -1,6 +1,6 @@
 """SavedModel export for CPU and TPU serving, with the Estimator's export vocabulary.
 
-The receivers and export outputs live in `serving.py` and are re-exported
+The receivers and export outputs live in `export/serving.py` and are re-exported
 here (`kte.export.PredictOutput`, ...). `export_saved_model` exports as the Estimator did: in a
 TF1 graph it calls the user's `serving_input_receiver_fn` (which may build
 `tf.compat.v1.placeholder`s) and `model_fn` in PREDICT mode, restores the

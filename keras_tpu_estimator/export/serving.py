@@ -5,7 +5,7 @@ programs use in `serving_input_receiver_fn` and in `export_outputs`:
 `ServingInputReceiver`, `TensorServingInputReceiver`,
 `SupervisedInputReceiver`, the parsing and raw receiver builders, and
 `PredictOutput`, `ClassificationOutput`, `RegressionOutput` (each knows its
-SignatureDef). `export.py` writes SavedModels with them and re-exports them,
+SignatureDef). `export/saved_model.py` writes SavedModels with them and re-exports them,
 so `kte.export.PredictOutput` keeps working.
 """
 

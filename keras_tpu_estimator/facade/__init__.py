@@ -1,4 +1,17 @@
-"""TODO facade."""
+"""The facade: `TPUEstimator`, `Estimator` and `train_and_evaluate`, with their old signatures.
+
+`estimator.Estimator` and its subclass `tpu_estimator.TPUEstimator` (constructor checks in
+`args`) share their call bodies (`calls`): each call makes a fresh `EstimatorModel`, restores
+and runs it with callbacks. `train_and_evaluate` with its `exporters`, `early_stopping` and
+`nested_evaluation` drive the facade through its public methods only.
+
+Example:
+
+```python
+estimator = TPUEstimator(model_fn, config=RunConfig(model_dir="/tmp/m"), train_batch_size=64)
+estimator.train(input_fn, max_steps=1000)
+```
+"""
 
 from .args import (
     ExportSavedModelApiVersion,

@@ -14,7 +14,7 @@ pipeline with the strategy's `InputContext`, and each replica takes whole
 batches of its dataset in turn (replica 0 the first). Prediction never used a
 strategy, and does not here.
 
-`TPUEstimator` (`tpu_estimator.py`) subclasses this class, as the original
+`TPUEstimator` (`facade/tpu_estimator.py`) subclasses this class, as the original
 did; it changes the model it builds and the checks of its arguments.
 
 Example:

@@ -1,9 +1,9 @@
 """`TPUEstimator`: the old signatures, translated into `EstimatorModel` calls with callbacks.
 
-`TPUEstimator` subclasses the plain `Estimator` (`plain_estimator.py`), as
-the original did: the calls (`estimator_calls.py`), `model_dir` and the
+`TPUEstimator` subclasses the plain `Estimator` (`facade/estimator.py`), as
+the original did: the calls (`facade/calls.py`), `model_dir` and the
 results are the Estimator's; this class adds the seed's constructor checks
-(`estimator_args.py`), the batch sizes, `use_tpu` and the TPU paths' argument
+(`facade/args.py`), the batch sizes, `use_tpu` and the TPU paths' argument
 checks, and exports the `serve, tpu` MetaGraph. Each `train`, `evaluate` or
 `predict` call builds a fresh `EstimatorModel` (as each Estimator call built
 a fresh graph), restores the latest checkpoint (or warm-starts), and runs
@@ -169,7 +169,7 @@ class TPUEstimator(Estimator):
         Builds the mode's replica step with one TPU core's batch (the
         configured batch over `TPUConfig.num_shards` cores, else 8; EVAL and
         PREDICT padded), compiles it with XLA and returns the report
-        (`tpu_readiness.py`). Nothing is trained; `model_dir` is untouched.
+        (`xla/readiness.py`). Nothing is trained; `model_dir` is untouched.
 
         Example:
 

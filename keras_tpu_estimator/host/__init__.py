@@ -1,4 +1,12 @@
-"""TODO host."""
+"""The device-to-host side: what each step sends to the host, and what runs there.
+
+On the strategy path, `host_call` and `eval_metrics` run on the host in TF1 graphs, on
+tensors each replica step sends out. `plan` writes once, for both sides, what each step
+sends and in which order; `loop` runs a host function once per stacked step inside one
+graph; `gather` groups one-step executions into one host run; `runner` owns the host
+functions, their Sessions and the host thread; `predictions` carries prediction outputs
+from the device loop to the caller, with the padded rows dropped.
+"""
 
 from .plan import (
     HostPlan,

@@ -8,7 +8,7 @@ per evaluation than without metrics. Nothing reads the host's metrics before
 the evaluation ends (`HostRunner.metric_results` drains first), so one-step
 executions are gathered here, their arrays concatenated over steps, and run
 as one execution of many steps: `eval_metrics` then runs once per step inside
-one `Session` call (`host_loop.py`), on the same values in the same order,
+one `Session` call (`host/loop.py`), on the same values in the same order,
 so the results are the same to the bit. A longer execution takes the gathered
 steps with it (still one host run per execution).
 

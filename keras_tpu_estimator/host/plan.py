@@ -2,7 +2,7 @@
 
 A step's host tensors travel as one flat list: `host_call`'s tensors, then
 `eval_metrics`' (EVAL only), then the step's merged TF1 summary (TRAIN, when
-`model_fn` makes `tf.compat.v1.summary.*`: `tf1_summaries.py`), then the
+`model_fn` makes `tf.compat.v1.summary.*`: `tf1/summaries.py`), then the
 padding mask when the batch is padded.
 `HostPlan` is made once per mode at build (`HostRunner.record`); the device
 step builds the list with `HostPlan.device_values` and the host takes it apart

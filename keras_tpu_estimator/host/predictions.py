@@ -3,7 +3,7 @@
 Two forms, chosen per build by `PredictionPlan.at_build`:
 
 - *Padded* (the strategy path): every batch has `params['batch_size']` rows
-  per replica and a mask (`padding.py`); predictions must be batch-major with
+  per replica and a mask (`inputs/padding.py`); predictions must be batch-major with
   that static batch, and the host keeps the rows whose mask is 1.
 - *As is* (the CPU path, `use_tpu=False`): `model_fn` sees each batch's real
   rows, as TPUEstimator's CPU path ran it, so a prediction that depends on

@@ -1,7 +1,7 @@
 """The host side: `host_call` and `eval_metrics` functions run on each step's gathered tensors.
 
 A step's host tensors arrive concatenated across replicas and stacked over an
-execution's steps (`loop.py`), in `host_plan.HostPlan`'s order. The user's
+execution's steps (`engine/loop.py`), in `host_plan.HostPlan`'s order. The user's
 function is built **once** in its own `tf.Graph` and run by a
 `tf.compat.v1.Session`, where TF1 code works unchanged (`tf.compat.v1.metrics`,
 graph-mode TF2 summaries). Each `fit` / `evaluate` / `predict` is one call
@@ -12,7 +12,7 @@ so `tf.compat.v1.train.get_global_step()` in `fn` reads the step its tensors
 come from (in TRAIN the global step before that step's update, as the
 original's CPU path mostly read; in EVAL and PREDICT the model's).
 TF1 summaries made in the TRAIN `model_fn` arrive as each step's merged
-summary and are written at the step after it (`tf1_summaries.py`).
+summary and are written at the step after it (`tf1/summaries.py`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class HostFunction:
         with self.graph.as_default():
             self.global_step = tf.compat.v1.train.get_or_create_global_step()
             with tf.variable_creator_scope(recording):
-                if over_steps:  # call 0 runs the chosen steps of an execution (`host_loop.py`)
+                if over_steps:  # call 0 runs the chosen steps of an execution (`host/loop.py`)
                     feeds, fetches = build_steps_loop(
                         part,
                         padded,
@@ -461,7 +461,7 @@ class HostRunner:
     ) -> HostPlan | None:
         """Makes `mode`'s plan at build (`HostPlan.from_spec`) and builds its host functions.
 
-        `summaries`: TRAIN steps send their TF1 summaries (`tf1_summaries.py`).
+        `summaries`: TRAIN steps send their TF1 summaries (`tf1/summaries.py`).
         Returns the plan (its `specs` are the loop's `host_spec`), or None when nothing is sent.
         """
         plan = HostPlan.from_spec(mode, spec, replicas, padded, ragged, summaries)
@@ -584,7 +584,7 @@ class HostRunner:
         more per step). One thread keeps the steps in order; at most one
         execution is pending; its errors are raised here or at `drain`.
         In EVAL, one-step executions are gathered and run together
-        (`host_gather.py`); a longer execution takes the gathered ones along.
+        (`host/gather.py`); a longer execution takes the gathered ones along.
         """
         if mode == ModeKeys.EVAL and self._gathered.accepts(first_step):
             if self._gathered.add(host, first_step, steps) is False and steps == 1:

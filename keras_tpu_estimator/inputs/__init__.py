@@ -1,4 +1,11 @@
-"""TODO inputs."""
+"""The input job: calling `input_fn` as TPUEstimator did, and feeding the replicas.
+
+`input_fn` calls `input_fn(params)` with `params['batch_size']` and splits what it returns
+into features and labels; `graph_input` runs an `input_fn` that returns tensors in its own
+graph; `batch_plan` holds one mode's batch sizes (global, per replica, per pipeline);
+`deployment` decides how the strategy path feeds its replicas (per host, per replica,
+broadcast); `padding` pads the last batch to full static shape and says which rows are real.
+"""
 
 from .batch_plan import (
     BatchPlan,

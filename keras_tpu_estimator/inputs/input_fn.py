@@ -3,7 +3,7 @@
 Owns the `input_fn` contract (a required `params` argument; optional `mode`,
 `config`, `input_context`), the split of dataset elements into
 `(features, labels)`, and the per-replica element spec the build traces from.
-Batch arithmetic comes from `batch_plan.py`.
+Batch arithmetic comes from `inputs/batch_plan.py`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def call_input_fn(
     Tensors (the TF1 style: `make_one_shot_iterator(dataset).get_next()`) are
     run as TF1 ran them: `input_fn` is called again in a graph of its own, and
     the dataset yields the tensors' values of one `session.run` after another
-    until `OutOfRangeError` (`graph_input.py`). An `input_fn` that fails
+    until `OutOfRangeError` (`inputs/graph_input.py`). An `input_fn` that fails
     eagerly for being TF1-only (`make_initializable_iterator`, queues) goes
     straight to the graph. Tensors are refused where the original's TPU
     path required a dataset (`PER_HOST_V2`, PREDICT).

@@ -1,4 +1,16 @@
-"""TODO model."""
+"""`EstimatorModel`: a Keras 3 model whose train, test and predict steps call a `model_fn`.
+
+`estimator_model` is the model and its build; `trainer` is its `fit`, `evaluate` and
+`predict`; `keras_methods` the inherited `keras.Model` methods with an estimator meaning;
+`batch_methods` Keras' single-batch methods. `keras_tpu_estimator.model` is a public path.
+
+Example:
+
+```python
+model = EstimatorModel(model_fn, params={}, train_batch_size=64)
+model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1000)])
+```
+"""
 
 from .batch_methods import (
     SingleBatchMethods,

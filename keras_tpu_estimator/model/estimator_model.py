@@ -2,8 +2,8 @@
 
 The model coordinates; it implements none of the pieces. It takes the
 `model_fn` runner (calls, build-once, input, replica steps) from
-`model_fn.py`, the device loop from `loop.py`, the host side from `host.py`
-and `fit` / `evaluate` / `predict` from `trainer.py` (as Keras 3 mixes its
+`engine/runner.py`, the device loop from `engine/loop.py`, the host side from `host/runner.py`
+and `fit` / `evaluate` / `predict` from `model/trainer.py` (as Keras 3 mixes its
 `Trainer` into `Model`). It owns the strategy choice, the loop functions,
 and one rule: **one global step per training step** (applied by the
 runner's train step): a `train_op` from `minimize(loss, global_step=...)`
@@ -86,7 +86,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             TPU always does), `False` does not; `"auto"` takes
             `config.jit_compile`, else the TF1 switch `global_jit_level` of
             `config.session_config` (XLA auto-clustering), else no XLA. See
-            `step_compilation.py`.
+            `xla/step_compilation.py`.
         name: The Keras model name.
 
     Example:
@@ -419,7 +419,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
     def check_tpu_compatibility(
         self, input_fn: Any, modes: str | Sequence[str] = ("train", "eval", "predict")
     ) -> TPUCompatibilityReport:
-        """Whether `model_fn` will compile for a TPU, checked here with XLA (`tpu_readiness.py`).
+        """Whether `model_fn` will compile for a TPU, checked here with XLA (`xla/readiness.py`).
 
         Builds each mode's replica step as a TPU core gets it (the mode's
         global batch over `TPUConfig.num_shards` cores, else 8; EVAL and PREDICT

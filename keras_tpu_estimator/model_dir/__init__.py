@@ -1,4 +1,16 @@
-"""TODO model_dir."""
+"""What a `model_dir` holds, and how it stays whole.
+
+Checkpoints keyed by TF1 variable names (`checkpoints`), the `.meta` beside each one
+(`meta_graph`), what a scan of the directory finds and repairs after an interrupted save
+(`contents`), the lock that keeps one writer per directory (`lock`), and evaluations read
+back from `eval/` event files (`eval_events`). It knows nothing of specs or strategies.
+
+Example:
+
+```python
+step = checkpoint_step(tf.train.latest_checkpoint(model_dir))
+```
+"""
 
 from .checkpoints import (
     CheckpointKeeper,

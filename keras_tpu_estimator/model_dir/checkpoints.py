@@ -12,7 +12,7 @@ module only writes and reads the bundle. A bundle is written under a temporary
 prefix and merged into place (`MergeV2Checkpoints`), and the state file is
 updated only after that, so `latest_checkpoint` never names a partial write.
 The `.meta` TPUEstimator's `Saver` wrote beside each checkpoint
-(`meta_graph.py`) is written before the merge: a checkpoint (an index) always
+(`model_dir/meta_graph.py`) is written before the merge: a checkpoint (an index) always
 has its `.meta`, and a `.meta` without an index is a leftover.
 """
 

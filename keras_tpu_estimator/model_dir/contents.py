@@ -7,7 +7,7 @@ overwrite newer work. Here the checkpoints are the `model.ckpt-<N>.index`
 files themselves, newest first, and the state file is a cache that a trainer
 rewrites when it disagrees.
 
-A trainer (the only writer of a `model_dir`, see `model_dir_lock.py`;
+A trainer (the only writer of a `model_dir`, see `model_dir/lock.py`;
 `CheckpointSaver` in practice) removes what interrupted saves left at start
 (this library's and TensorFlow's temporary names only), then, once it knows
 the step training resumes from, sets aside newer checkpoints (a damaged one

@@ -1,4 +1,20 @@
-"""TODO tf1."""
+"""Running TF1 model code inside a traced Keras step.
+
+`model_fn`s call `tf.compat.v1.get_variable`, layers, `Saver`s, summaries, metrics and
+`SyncReplicasOptimizer`: `legacy` is the scope that gives those calls their TF1 meaning,
+`variables` the store of TF1-named variables a Keras model owns, `saver` which checkpoint
+name restores which variable, `summaries` and `metric_ops` the in-step summaries and
+metrics, `fetches` TF1's "a step runs only what its fetches need", `step_tensors` the
+tensors session hooks fetch, `cross_replica` synchronous replicas, and `optimizer_view`
+`model.optimizer` when `model_fn` trains with its own `train_op`.
+
+Example:
+
+```python
+with model_fn_scope():
+    spec = model_fn(features, labels, mode, params)
+```
+"""
 
 from .cross_replica import (
     synchronized_gradients,

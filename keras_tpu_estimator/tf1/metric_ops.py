@@ -11,7 +11,7 @@ Here each EVAL step runs the update ops and returns the values read after
 them; the evaluation keeps the last step's. No host round trip and no second
 trace of `model_fn`. The accumulators are TF1 local variables, which every
 `evaluate` starts from zero. On the TPU path the original refused
-`eval_metric_ops`, and ran `eval_metrics` on the host (`host.py`); so does this.
+`eval_metric_ops`, and ran `eval_metrics` on the host (`host/runner.py`); so does this.
 
 Example:
 

@@ -10,7 +10,7 @@ values on a strategy. It wrote none in evaluation or prediction; its TPU path
 dropped them.
 
 Here the same: each training step of replica 0 returns its merged summary
-(`step_summary`) as a host tensor (`host_plan.py`) -- built inside a
+(`step_summary`) as a host tensor (`host/plan.py`) -- built inside a
 `tf.cond` on the step, so only the steps that are written merge anything and
 the summary ops themselves run only there -- and the host writes the step's
 serialized `Summary` into `model_dir`'s event file (`TF1Summaries.write`).

@@ -7,7 +7,7 @@ user's model, its variables, global step and `model_dir` are never touched.
 For each mode it builds the replica step the strategy path runs, with the
 shapes a TPU core gets: the per-core batch is the mode's global batch over
 `cores` (`TPUConfig.num_shards`, else 8: one TPU v2-8 / v3-8 host), EVAL and
-PREDICT padded to it (`padding.py`) as every strategy-path step is. Then it
+PREDICT padded to it (`inputs/padding.py`) as every strategy-path step is. Then it
 compiles that step with XLA (`tf.function(jit_compile=True)`, HLO only: no
 step runs) and reports what a TPU would refuse:
 

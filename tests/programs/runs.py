@@ -64,7 +64,7 @@ RUNS = {
     # original on its own machine within 2e-5.
     "bert_compat_v1_namespace": Run("bert_compat_v1_namespace", differences={
         path: {"hook_losses_run": (3, HOOKS_PER_LOOP)} for path in ("tpu", "mirrored")}, rtol=5e-4),
-    # train_and_evaluate (training.py) with Latest/Best/Final exporters: every save evaluated and
+    # train_and_evaluate (facade/train_and_evaluate.py) with Latest/Best/Final exporters: every save evaluated and
     # exported, old exports collected; a second call at max_steps returns (None, None).
     "train_and_evaluate_exporters": Run("train_and_evaluate_exporters", ("--resume",), differences={
         "all": {"checkpoints": ([4, 8, 12], NO_STEP_0_CHECKPOINT)}}),
@@ -72,7 +72,7 @@ RUNS = {
     "train_and_evaluate_throttled": Run(
         "train_and_evaluate_exporters", ("--throttle_secs=100000", "--train_steps=14"), paths=("cpu",),
         differences={"all": {"checkpoints": ([4, 8, 12, 14], NO_STEP_0_CHECKPOINT)}}),
-    # tf.estimator.experimental hooks (early_stopping.py), one run per step (iterations_per_loop=1).
+    # tf.estimator.experimental hooks (facade/early_stopping.py), one run per step (iterations_per_loop=1).
     "early_stopping_lower_resume": Run(
         "early_stopping_hooks", ("--hook=lower", "--resume"), paths=("cpu", "tpu"),
         differences={"all": {"checkpoints": ([2, 3], NO_STEP_0_CHECKPOINT)}}),
@@ -97,7 +97,7 @@ RUNS = {
     # The best checkpoint kept with its .meta and loaded by import_meta_graph.
     "albert_best_checkpoint": Run("albert_best_checkpoint", paths=("cpu", "mirrored")),
     "albert_best_checkpoint_graph_mode": Run("albert_best_checkpoint", ("--graph_mode",), paths=("cpu",)),
-    # The plain tf.estimator.Estimator (plain_estimator.py); with --replicas=2 the program makes a
+    # The plain tf.estimator.Estimator (facade/estimator.py); with --replicas=2 the program makes a
     # MirroredStrategy over 2 logical CPUs and passes it as RunConfig(train_distribute, eval_distribute).
     "plain_estimator": Run("plain_estimator", paths=("cpu",), differences={
         "all": {"checkpoints": ([4, 8, 10], NO_STEP_0_CHECKPOINT)}}),
