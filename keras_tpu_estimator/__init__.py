@@ -44,15 +44,13 @@ from keras_tpu_estimator.contract import (
     parse_iterations_per_loop,
 )
 from keras_tpu_estimator.distribute import TPUContext, resolve_strategy, use_cpu_replicas
-from keras_tpu_estimator.facade import (
+from keras_tpu_estimator.export import (
     BatchConfig,
-    Estimator,
-    ExportSavedModelApiVersion,
-    TPUEstimator,
     export_estimator_savedmodel,
     inference_on_tpu,
     model_fn_inference_on_tpu,
 )
+from keras_tpu_estimator.facade import Estimator, ExportSavedModelApiVersion, TPUEstimator
 from keras_tpu_estimator.inputs import padding_mask
 from keras_tpu_estimator.migration import install, installed
 from keras_tpu_estimator.model import EstimatorModel

@@ -1,63 +1,34 @@
 """`keras_tpu_estimator.tpu_estimator`: the old import path of `TPUEstimator` and its companions.
 
 The class lives in the facade wing (`facade/tpu_estimator.py`); this path stays for programs
-that import it, as they imported `tensorflow_estimator...tpu.tpu_estimator`.
+that import it, as they imported `tensorflow_estimator...tpu.tpu_estimator` (which
+`install()` points here).
 """
 
-from keras_tpu_estimator.facade import (
-    Any,
+from keras_tpu_estimator.contract import InputPipelineConfig, ModeKeys, RunConfig, TPUEstimatorSpec
+from keras_tpu_estimator.export import (
     BatchConfig,
-    Estimator,
-    EstimatorModel,
-    ExportSavedModelApiVersion,
-    InputFn,
-    InputPipelineConfig,
-    ModeKeys,
-    ModelFn,
-    RunConfig,
-    Sequence,
-    TPUCompatibilityReport,
-    TPUEstimator,
-    TPUEstimatorSpec,
-    WarmStartSettings,
-    as_warm_start_settings,
-    check_estimator_arguments,
-    check_positive_integer,
-    check_supported,
-    check_tpu_compatibility,
     export_estimator_savedmodel,
-    get_logger,
     inference_on_tpu,
-    mode_strategy,
     model_fn_inference_on_tpu,
-    plain_count,
 )
+from keras_tpu_estimator.facade import ExportSavedModelApiVersion, TPUEstimator
+from keras_tpu_estimator.model import EstimatorModel
+from keras_tpu_estimator.model_dir import WarmStartSettings
+from keras_tpu_estimator.xla import TPUCompatibilityReport
 
 __all__ = [
-    "Sequence",
-    "Any",
-    "WarmStartSettings",
-    "as_warm_start_settings",
-    "InputPipelineConfig",
-    "RunConfig",
-    "check_positive_integer",
-    "check_supported",
-    "plain_count",
-    "ExportSavedModelApiVersion",
-    "check_estimator_arguments",
-    "mode_strategy",
-    "export_estimator_savedmodel",
     "BatchConfig",
-    "inference_on_tpu",
-    "model_fn_inference_on_tpu",
-    "get_logger",
     "EstimatorModel",
-    "check_tpu_compatibility",
-    "Estimator",
-    "InputFn",
+    "ExportSavedModelApiVersion",
+    "InputPipelineConfig",
     "ModeKeys",
-    "ModelFn",
-    "TPUEstimatorSpec",
+    "RunConfig",
     "TPUCompatibilityReport",
     "TPUEstimator",
+    "TPUEstimatorSpec",
+    "WarmStartSettings",
+    "export_estimator_savedmodel",
+    "inference_on_tpu",
+    "model_fn_inference_on_tpu",
 ]

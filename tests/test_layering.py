@@ -31,7 +31,7 @@ ALLOWED = {
     "facade": {"_compat", "callbacks", "contract", "distribute", "engine", "export", "host", "model", "model_dir",
                "utils", "xla"},
     "estimator": {"contract", "export", "facade", "model_dir"},  # the tf.compat.v1.estimator namespace
-    "tpu_estimator": {"facade"},  # the old import path of TPUEstimator
+    "tpu_estimator": {"contract", "export", "facade", "model", "model_dir", "xla"},  # the old path of TPUEstimator
     "migration": {"_compat"},  # install(): the removed names resolve to this library
     "": {"_compat", "callbacks", "contract", "distribute", "estimator", "export", "facade", "inputs", "migration",
          "model", "model_dir", "tf1", "versions", "xla"},

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
+from keras_tpu_estimator.engine import loop as kte_loop
 from tests import models
 
 
@@ -132,7 +133,7 @@ def test_loop_function_stops_at_the_end_of_input():
     def step(value):
         return {"loss": tf.cast(tf.reduce_sum(value), tf.float32), "weight": 1.0, "outputs": value}
 
-    loop = kte.loop.make_loop_function(
+    loop = kte_loop.make_loop_function(
         tf.distribute.get_strategy(), step, output_spec=tf.TensorSpec([None], tf.int64)
     )
     iterator = iter(tf.data.Dataset.range(5).batch(2))

@@ -2,7 +2,8 @@
 
 `resolve_strategy` picks the strategy of a run (`TPUStrategy`, `MirroredStrategy`,
 `MultiWorkerMirroredStrategy` or the default one); `TPUContext` is the `params['context']`
-an `input_fn` reads; `worker_errors` makes the error that ended one worker end the others.
+an `input_fn` reads; ``RunPath` is the CPU path or the strategy path, decided once where a model is made,
+with everything that follows from it; `worker_errors` makes the error that ended one worker end the others.
 
 Example:
 
@@ -11,6 +12,9 @@ strategy = resolve_strategy(use_tpu=False)   # the CPU path: the default strateg
 ```
 """
 
+from .run_path import (
+    RunPath,
+)
 from .strategy import (
     TPUContext,
     any_worker,
@@ -26,6 +30,7 @@ from .worker_errors import (
 )
 
 __all__ = [
+    "RunPath",
     "TPUContext",
     "any_worker",
     "cpu_path_replicas",

@@ -22,14 +22,11 @@ It leaves the loop to `engine/loop.py`, the host side to `host/runner.py` and th
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator import _compat
@@ -45,20 +42,14 @@ from keras_tpu_estimator.contract import (
     check_model_fn,
     check_params,
 )
-from keras_tpu_estimator.distribute import TPUContext, cpu_path_replicas, num_workers
+from keras_tpu_estimator.distribute import RunPath
 from keras_tpu_estimator.host import HostPlan, HostRunner, PredictionPlan, select_keys
 from keras_tpu_estimator.inputs import (
     BatchPlan,
-    array_dataset,
     batch_tensor,
-    call_input_fn,
-    check_batch_rows,
-    deploy_input,
     mask_scope,
-    pad_batches,
-    per_replica_spec,
     placeholders,
-    static_batch_size,
+    prepare_input,
     unpack,
 )
 from keras_tpu_estimator.model_dir import init_from_checkpoint
@@ -80,15 +71,6 @@ from keras_tpu_estimator.utils import get_logger
 from .invoke import call_scaffold_fn, invoke_model_fn
 
 _log = get_logger(__name__)
-
-
-def _elements(dataset: tf.data.Dataset) -> float | None:
-    """`dataset`'s elements as tf.data knows them: `math.inf` for `repeat()` without a count, else
-    the count when known (`from_tensor_slices`, `batch`, `map`, `take`, ...), else None (`filter`, files)."""
-    cardinality = tf.get_static_value(dataset.cardinality())
-    if cardinality == tf.data.INFINITE_CARDINALITY:
-        return math.inf
-    return int(cardinality) if cardinality is not None and cardinality >= 0 else None
 
 
 @dataclasses.dataclass
@@ -133,14 +115,14 @@ class ModelFnRunner:
         model_fn: The user's `model_fn`.
         params: The user's params (checked; copied per call).
         config: `RunConfig`.
-        strategy: The owner's `tf.distribute.Strategy`.
-        use_tpu: Strategy path (per-replica batches, `params['context']`) or not.
+        path: The owner's `RunPath`: its strategy, and the CPU path or the strategy path.
         batch_sizes: `{mode: global batch size or None}`.
 
     Example:
 
     ```python
-    runner = ModelFnRunner(model, model_fn, {}, RunConfig(), strategy, True,
+    path = RunPath.decide(use_tpu=True, strategy=None, config=RunConfig())
+    runner = ModelFnRunner(model, model_fn, {}, RunConfig(), path,
                            {"train": 64, "eval": None, "infer": None})
     dataset = runner.distribute_input(input_fn, ModeKeys.TRAIN)   # builds TRAIN
     ```
@@ -152,8 +134,7 @@ class ModelFnRunner:
         model_fn: ModelFn,
         params: dict,
         config: RunConfig,
-        strategy: tf.distribute.Strategy,
-        use_tpu: bool,
+        path: RunPath,
         batch_sizes: dict,
     ):
         check_model_fn(model_fn)
@@ -161,17 +142,12 @@ class ModelFnRunner:
         self.model_fn = model_fn
         self.params = check_params(params)
         self.config = config
-        self.strategy = strategy
-        self.use_tpu = bool(use_tpu)
+        self.path = path
+        self.strategy = strategy = path.strategy
         # The configured batches, checked here; a call's own batch gets its plan when it runs.
         self.configured = {mode: BatchPlan(mode, size) for mode, size in batch_sizes.items()}
-        self.num_replicas = strategy.num_replicas_in_sync if use_tpu else 1
-        # Replicas whose values this process sees (all but under a multi-worker strategy).
-        self.local_replicas = self.num_replicas // num_workers(strategy) if use_tpu else 1
         self.store = VariableStore(owner, strategy)
-        # The original's CPU path (use_tpu=False) called host_call at every step.
-        every_n = config.tpu_config.experimental_host_call_every_n_steps if self.use_tpu else 1
-        self.host = HostRunner(every_n)
+        self.host = HostRunner(path.host_call_every_n)
         self.modes: dict[str, ModeRecord] = {}
         self.uses_keras_optimizer = False
         self.hook_tensors = StepTensors(strategy)  # in-step tensors session hooks fetch (tf1/step_tensors.py)
@@ -179,23 +155,14 @@ class ModelFnRunner:
         self.metrics = StepMetrics()  # the EVAL step's TF1 metrics (tf1/metric_ops.py)
         self.predict_keys: Sequence[str] | str | None = None  # the only predictions PREDICT computes
         self.initialised = False  # restored, or initialised with the Scaffold's init_op / init_fn
-        # Build the steps a TPU runs off one (`xla/readiness.py`): TF1 summaries not written in the step.
-        self.tpu_program = False
 
     def params_for(self, mode: str, input_context: Any = None, for_input_fn: bool = False) -> dict:
         """A fresh copy of params for one call: `batch_size` (per replica), `context`, `use_tpu` (model_fn)."""
-        params = copy.deepcopy(self.params)
         record = self.modes.get(mode)
-        global_batch = record.batch.global_size if record else None
-        if global_batch is not None:
-            params["batch_size"] = record.batch.per_replica
-        if not for_input_fn:  # as the original: only model_fn is told
-            params["use_tpu"] = self.use_tpu
-        if self.use_tpu:
-            params["context"] = TPUContext(
-                self.strategy, mode, global_batch, input_context, call_from_input_fn=for_input_fn
-            )
-        return params
+        batch = record.batch if record else None
+        return self.path.params(
+            self.params, mode, batch and batch.global_size, batch and batch.per_replica, input_context, for_input_fn
+        )
 
     def call_model_fn(self, features: Any, labels: Any, mode: str, mask: Any = None) -> Any:
         """Calls `model_fn` with the arguments it declares, inside the variable store.
@@ -220,9 +187,9 @@ class ModelFnRunner:
         if record.built:
             return
         features_spec, labels_spec, mask_spec = unpack(element_spec)
-        if mode == ModeKeys.PREDICT and not self.use_tpu:
+        if mode == ModeKeys.PREDICT and not self.path.labels_in_predict:
             labels_spec = None  # the original's CPU path predicted as an Estimator: labels None
-        if _compat.is_tpu_strategy(self.strategy):
+        if self.path.tpu_strategy:
             for name, spec in (("features", features_spec), ("labels", labels_spec)):
                 for tensor_spec in tf.nest.flatten(spec):
                     if not tensor_spec.shape.is_fully_defined():
@@ -253,8 +220,8 @@ class ModelFnRunner:
             summaries = summary_names(graph)
             # TF1 summaries: written in TRAIN off a TPU, as the Estimator's SummarySaverHook
             # wrote them (tf1/summaries.py); its evaluate and predict wrote none, nor its TPU path.
-            on_tpu = _compat.is_tpu_strategy(self.strategy) or self.tpu_program
-            writes_summaries = bool(summaries) and mode == ModeKeys.TRAIN and not on_tpu
+            on_tpu = self.path.on_tpu
+            writes_summaries = bool(summaries) and self.path.writes_tf1_summaries(mode)
             if summaries and not writes_summaries:
                 _log.warning(
                     "model_fn creates TF1 summaries %s in %s mode. Summaries inside model_fn "
@@ -270,13 +237,15 @@ class ModelFnRunner:
                 output_spec = record.predictions.output_spec(mask_spec)
             if mode == ModeKeys.EVAL:
                 with self.store.scope():
-                    self.metrics, pairs = StepMetrics.at_build(spec, self.use_tpu, self.strategy.num_replicas_in_sync)
+                    self.metrics, pairs = StepMetrics.at_build(
+                        spec, not self.path.eval_metrics_in_step, self.strategy.num_replicas_in_sync
+                    )
                     output_spec = self.metrics.output_spec(self.metrics.step_values(spec, pairs)[1])
                 spec = self.metrics.host_spec(spec)
         # On the CPU path the host gets each step's tensors as model_fn made them (ragged
         # when their shapes vary by step), as the original's CPU path passed them.
         record.host_plan = self.host.record(
-            mode, spec, self.local_replicas, padded=mask_spec is not None, ragged=not self.use_tpu,
+            mode, spec, self.path.local_replicas, padded=mask_spec is not None, ragged=self.path.ragged_host_tensors,
             summaries=writes_summaries,
         )
         hooks = {
@@ -344,7 +313,7 @@ class ModelFnRunner:
         batches' losses; on the strategy path a replica's loss counts by its
         rows (the first feature with a batch dimension).
         """
-        first = batch_tensor(features) if self.use_tpu else None
+        first = batch_tensor(features) if self.path.loss_weighted_by_rows else None
         if first is None:  # the CPU path, or scalar features only: one example
             return tf.constant(1.0)
         rows = tf.compat.dimension_value(first.shape[0]) if first.shape.rank else None
@@ -374,7 +343,7 @@ class ModelFnRunner:
         the global step (before or after `minimize`); `train_op`, the loss and
         TF1 summaries keep their own reads. The CPU path keeps program order.
         """
-        if not self.use_tpu or getattr(spec, "host_call", None) is None:
+        if not self.path.host_call_reads_step_index or getattr(spec, "host_call", None) is None:
             return spec
         fn, tensors = spec.host_call
         flat = tf.nest.flatten(tensors)
@@ -467,7 +436,7 @@ class ModelFnRunner:
     def predict_step(self, data: Any) -> dict:
         """One replica's prediction step: its predictions (`PredictionPlan`), and host tensors."""
         features, labels, mask = unpack(self._static(ModeKeys.PREDICT, data))
-        if not self.use_tpu:  # as the original's CPU path (Estimator.predict): no labels
+        if not self.path.labels_in_predict:  # as the original's CPU path (Estimator.predict): no labels
             labels = None
         spec = self.call_model_fn(features, labels, ModeKeys.PREDICT, mask)
         # Only the selected predictions are fetched: the others do not run (TF1).
@@ -488,117 +457,21 @@ class ModelFnRunner:
         return record is not None and record.built
 
     # ---------------------------------------------------------------- input
-    def _set_batch(self, mode: str, global_batch: int | None) -> BatchPlan:
-        """This call's `BatchPlan` of `mode` (checked against the replicas), kept in its record."""
-        plan = BatchPlan(mode, global_batch, self.num_replicas)
-        record = self.modes.get(mode)
-        if record is None:
-            self.modes[mode] = ModeRecord(plan)
-        else:
-            record.batch = plan
-        return plan
-
-    def _input_steps(self, elements: list[float | None]) -> float | None:
-        """The steps the input pipelines of `elements` elements each hold, when known."""
-        if elements and all(count == math.inf for count in elements):
-            return math.inf
-        # Finite: a step takes one element only from a single pipeline feeding a single replica.
-        if len(elements) == 1 and self.strategy.num_replicas_in_sync == 1:
-            return elements[0]
-        return None
-
     def distribute_input(
         self, x: Any, mode: str, batch_size: int | None = None, shuffle: bool = False
     ) -> Any:
         """Turns an `input_fn`, a dataset or arrays into a distributed dataset; builds `mode`.
 
-        Arrays are batched as Keras batches them (`batch_size`, else the mode's
-        batch size, else 32; the last batch keeps the remaining rows, except
-        in training on a TPU, whose shapes are static), and shuffled in
-        training when `shuffle`.
-
-        On the strategy path every EVAL and PREDICT batch is padded to the
-        static batch size with a mask (`inputs/padding.py`), so a partial last batch
-        needs no special care; on the CPU path they keep their real rows, and
-        on a strategy (`RunConfig(train_distribute=...)`) each replica takes
-        whole batches in turn, `input_fn` getting the `InputContext`.
+        The input job is `inputs.prepare_input`'s (batching arrays, padding,
+        calling `input_fn` with this call's params, feeding the replicas); the
+        runner keeps the call's batch and input steps in the mode's record and
+        builds the mode from the per-replica element spec it found.
 
         Returns:
             A distributed dataset whose replicas see `params['batch_size']` rows.
         """
-        strategy = self.strategy
-        cpu_replicas = cpu_path_replicas(strategy, self.use_tpu, mode)  # 0 on the strategy path
-        # EVAL and PREDICT end with a partial batch. On the strategy path every
-        # batch is padded to a static size with a mask; without it (TPUEstimator's
-        # CPU path) batches keep their real rows, so model_fn's loss,
-        # eval_metric_ops and predictions see exactly those, as the original's did.
-        partial = mode != ModeKeys.TRAIN
-        pad = partial and self.use_tpu
-        global_batch = batch_size or self.configured[mode].global_size
-        flat = [] if isinstance(x, tf.data.Dataset) or callable(x) else tf.nest.flatten(x)
-        if flat and all(isinstance(a, np.ndarray | tf.Tensor) for a in flat):
-            global_batch = global_batch or 32  # Keras' default
-            x = array_dataset(
-                x, global_batch, shuffle=shuffle and not partial,
-                drop_remainder=not partial and _compat.is_tpu_strategy(strategy),
-            )
-        if isinstance(x, tf.data.Dataset):
-            static = static_batch_size(x.element_spec)
-            global_batch = global_batch if partial and global_batch else static or global_batch
-            if global_batch is None and self.use_tpu and not (partial and not pad):
-                raise ValueError(
-                    f"The dataset's batch size is not static. Batch it with "
-                    f"`drop_remainder=True`, or pass `{self.configured[mode].argument}`."
-                )
-            if global_batch is not None and self.use_tpu:
-                check_batch_rows(static, global_batch, partial, "The dataset")
-            self._set_batch(mode, global_batch)
-            if pad:
-                x = pad_batches(x, global_batch)
-            self.modes[mode].input_steps = self._input_steps([_elements(x)])
-            self.build(mode, per_replica_spec(x.element_spec, self.num_replicas))
-            if cpu_replicas == 1:
-                return x
-            if cpu_replicas:  # whole batches, replica by replica, as the Estimator fed its replicas
-                return strategy.distribute_datasets_from_function(lambda _: x)
-            return strategy.experimental_distribute_dataset(x)
-        if not callable(x):
-            raise TypeError(
-                "Input must be an `input_fn(params)`, a tf.data.Dataset or NumPy arrays. "
-                f"Received: {type(x).__name__}"
-            )
-        if global_batch is None and self.use_tpu:
-            raise ValueError(
-                f"`{self.configured[mode].argument}` is needed to call an input_fn: it sets "
-                f"params['batch_size']. Pass it to EstimatorModel."
-            )
-        # On the CPU path params['batch_size'] is advice, as in the original: without a
-        # batch size it is missing, and input_fn may batch as it likes.
-        plan = self._set_batch(mode, global_batch)
-        specs, elements = [], []
-
-        def call(input_context: Any, batch: int | None) -> tf.data.Dataset:
-            params = self.params_for(mode, input_context, for_input_fn=True)
-            if batch is not None:
-                params["batch_size"] = batch
-            dataset = call_input_fn(x, mode, params, self.config, input_context, self.use_tpu)
-            if self.use_tpu:
-                check_batch_rows(static_batch_size(dataset.element_spec), batch, partial, "input_fn")
-            return dataset
-
-        def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
-            if not self.use_tpu:
-                dataset = call(input_context, plan.per_replica)
-            else:  # the original's deployment (input_deployment): batch, calls, and split over replicas
-                dataset = deploy_input(call, self.config, mode, plan, input_context, pad, self.num_replicas)
-            specs.append(dataset.element_spec)
-            elements.append(_elements(dataset))
-            return dataset
-
-        if cpu_replicas == 1:
-            dataset = dataset_fn()
-        else:  # on the CPU path, input_fn gets the InputContext and each replica whole batches
-            dataset = strategy.distribute_datasets_from_function(dataset_fn)
-        self.modes[mode].input_steps = self._input_steps(elements)
-        self.build(mode, specs[0])
-        return dataset
+        found = prepare_input(x, mode, self.path, self.config, self.configured[mode], self.params, batch_size, shuffle)
+        record = self.modes.setdefault(mode, ModeRecord(found.batch))
+        record.batch, record.input_steps = found.batch, found.input_steps
+        self.build(mode, found.element_spec)
+        return found.dataset

@@ -94,6 +94,9 @@ class TPUEstimator(Estimator):
     reported loss averages over replicas.
     """
 
+    # Its public path, where programs import it from (and where pickle and reprs should look).
+    __module__ = "keras_tpu_estimator.tpu_estimator"
+
     def __init__(
         self,
         model_fn: ModelFn | None = None,

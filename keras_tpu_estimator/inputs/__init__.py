@@ -30,8 +30,14 @@ from .padding import (
     padding_mask,
     unpack,
 )
+from .preparation import (
+    PreparedInput,
+    prepare_input,
+)
 
 __all__ = [
+    "PreparedInput",
+    "prepare_input",
     "BatchPlan",
     "array_dataset",
     "batch_tensor",

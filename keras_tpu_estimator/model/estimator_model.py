@@ -27,10 +27,9 @@ from keras_tpu_estimator.contract import (
     ModelFn,
     RunConfig,
     check_model_fn,
-    check_supported,
     plain_count,
 )
-from keras_tpu_estimator.distribute import num_workers, resolve_strategy
+from keras_tpu_estimator.distribute import RunPath, num_workers
 from keras_tpu_estimator.engine import (
     GRAPH_MODE_KERAS_FACE,
     ExecutionDriver,
@@ -131,32 +130,8 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
                 "`config` must be provided with type keras_tpu_estimator.RunConfig. "
                 f"Received: {type(config).__name__}"
             )
-        if not use_tpu:
-            # The Estimator's rule: RunConfig(train_distribute=...) runs the CPU path's replicas.
-            strategy = strategy or config.train_distribute or tf.distribute.get_strategy()
-            if _compat.is_tpu_strategy(strategy):
-                raise ValueError(
-                    "`use_tpu=False` runs on the CPU path, which cannot use a TPUStrategy. "
-                    "Pass `use_tpu=True` to run on the TPU."
-                )
-        elif strategy is None:
-            if tf.distribute.has_strategy():
-                strategy = tf.distribute.get_strategy()
-            elif config.train_distribute is not None:
-                strategy = config.train_distribute
-            else:
-                strategy = resolve_strategy(use_tpu, config.master, config.cluster)
-        num_shards = config.tpu_config.num_shards
-        if use_tpu:
-            check_supported(config.tpu_config)
-        if use_tpu and num_shards and num_shards != strategy.num_replicas_in_sync:
-            raise ValueError(
-                "TPUConfig.num_shards is not set correctly. According to TPU system metadata for "
-                f"Tensorflow master ({config.master}): num_replicas should be "
-                f"({strategy.num_replicas_in_sync}), got ({num_shards}). For non-model-parallelism, "
-                "num_replicas should be the total num of TPU cores in the system. Leave "
-                "num_shards as None, or set it to the strategy's replicas."
-            )
+        path = RunPath.decide(use_tpu, strategy, config)  # the CPU path or the strategy path, once
+        strategy = path.strategy
         _compat.set_distribute_strategy(self, strategy)
         self._multi_worker = num_workers(strategy) > 1
         if config.tf_random_seed is not None:
@@ -166,7 +141,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             ModeKeys.EVAL: plain_count(eval_batch_size),
             ModeKeys.PREDICT: plain_count(predict_batch_size),
         }
-        self._runner = ModelFnRunner(self, model_fn, params, config, strategy, use_tpu, batch_sizes)
+        self._runner = ModelFnRunner(self, model_fn, params, config, path, batch_sizes)
         self._driver = ExecutionDriver(self, self._runner.host)
         self._jit_setting = check_jit_compile(jit_compile, "jit_compile")
         self.compile(optimizer=optimizer, steps_per_execution=steps_per_execution)
@@ -215,7 +190,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
     @property
     def runs_on_strategy_path(self) -> bool:
         """`use_tpu`: per-replica batches on the strategy, rather than the CPU path."""
-        return self._runner.use_tpu
+        return self._runner.path.strategy_path
 
     @property
     def checkpoint_variables(self) -> dict[str, keras.Variable]:
@@ -361,11 +336,11 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
             require_rows=(
                 # The CPU path's replicas take whole batches: at the end of the input a step
                 # may have fewer batches than replicas (the original's step then did not run).
-                (mode == ModeKeys.TRAIN or (mode == ModeKeys.EVAL and not self._runner.use_tpu))
+                (mode == ModeKeys.TRAIN or (mode == ModeKeys.EVAL and not self._runner.path.strategy_path))
                 and strategy.num_replicas_in_sync > 1
-                and not _compat.is_tpu_strategy(strategy)  # static shapes: no empty replica
+                and not self._runner.path.tpu_strategy  # static shapes: no empty replica
             ),
-            host_from_first_replica=not self._runner.use_tpu,  # the Estimator's replica 0 hooks
+            host_from_first_replica=self._runner.path.hooks_from_first_replica,  # the Estimator's replica 0 hooks
             compilation=self._step_compilation,
         )
 
@@ -490,7 +465,8 @@ def check_tpu_compatibility(
         train_batch_size=batch_sizes.get(ModeKeys.TRAIN), eval_batch_size=batch_sizes.get(ModeKeys.EVAL),
         predict_batch_size=batch_sizes.get(ModeKeys.PREDICT),
     )
-    scratch._runner.num_replicas = cores = tpu_cores(config)  # per-core batches, on one device
-    scratch._runner.tpu_program = True  # the step a TPU runs: TF1 summaries not written
+    cores = tpu_cores(config)
+    # Per-core batches on one device, and the steps a TPU runs (TF1 summaries not written).
+    scratch._runner.path = scratch._runner.path.as_tpu_program(cores)
     scratch._runner.predict_keys = predict_keys
     return check_model(scratch, input_fn, modes, cores)

@@ -214,7 +214,7 @@ class EstimatorTrainer:
                     loss_sum += execution.loss_sum
                     weight_sum += execution.weight_sum
                     logs = execution.logs = {"loss": loss_sum / weight_sum}
-                if driver.ended_by == "empty_replica" and not self._runner.use_tpu:
+                if driver.ended_by == "empty_replica" and not self._runner.path.strategy_path:
                     # The CPU path's replicas take whole batches: the input ended with fewer
                     # batches than replicas, and that step did not run (nor did the Estimator's).
                     _warn_uneven_end("training", "trained", self.distribute_strategy, driver.global_step())

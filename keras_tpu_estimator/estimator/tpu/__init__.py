@@ -24,7 +24,8 @@ import tensorflow as tf
 
 from keras_tpu_estimator.contract import InputPipelineConfig, RunConfig, TPUConfig, TPUEstimatorSpec
 from keras_tpu_estimator.estimator.tpu import experimental
-from keras_tpu_estimator.facade import BatchConfig, ExportSavedModelApiVersion, TPUEstimator
+from keras_tpu_estimator.export import BatchConfig
+from keras_tpu_estimator.facade import ExportSavedModelApiVersion, TPUEstimator
 
 __all__ = [
     "BatchConfig",
