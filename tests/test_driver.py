@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from keras_tpu_estimator import _compat as kte_compat
-from keras_tpu_estimator.engine import runner as kte_model_fn
+from keras_tpu_estimator.inputs import preparation as kte_preparation
 from tests import models
 
 
@@ -255,7 +255,7 @@ def test_validation_between_epochs_keeps_the_training_iterator_s_count():
 
 
 def test_an_input_shorter_than_its_cardinality_raises_instead_of_losing_steps(monkeypatch):
-    monkeypatch.setattr(kte_model_fn, "_elements", lambda dataset: 20)  # a size tf.data got wrong
+    monkeypatch.setattr(kte_preparation, "elements", lambda dataset: 20)  # a size tf.data got wrong
     model = models.make_model(k=4)
     with pytest.raises(RuntimeError, match="The input ended before the 12 more steps"):
         model.fit(finite_input(10), callbacks=[kte.StopAtStep(steps=20)], verbose=0)
