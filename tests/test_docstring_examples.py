@@ -1,7 +1,7 @@
 """Every ```python block after an `Example:` line in keras_tpu_estimator's docstrings runs.
 
 Docstrings are read with `ast` from the source (modules, classes, functions, methods, private
-ones too). Each block runs as its own test in a fresh namespace: its module's globals, `tf`,
+ones too). Each block runs as its own test in a fresh namespace: its module's globals, `os`, `tf`,
 `keras`, `np`, `kte`, and the names of the toy world (tests/docstring_world.py) it uses.
 Running without error is the check; examples assert the values they claim.
 """
@@ -9,6 +9,7 @@ Running without error is the check; examples assert the values they claim.
 import ast
 import builtins
 import importlib
+import os
 import pathlib
 import re
 import textwrap
@@ -97,5 +98,5 @@ def test_example(module: str, code: str, tmp_path):
     model_dir = tmp_path / "model_dir"
     model_dir.mkdir()
     namespace.update(world(missing, str(model_dir)))
-    namespace.update(tf=tf, keras=keras, np=np, kte=kte, __name__="docstring_example")
+    namespace.update(os=os, tf=tf, keras=keras, np=np, kte=kte, __name__="docstring_example")
     exec(compile(tree, f"<{module} example>", "exec"), namespace)

@@ -490,7 +490,9 @@ class RunConfig:
         Example:
 
         ```python
+        config = RunConfig(save_checkpoints_steps=1000)
         config = config.replace(save_checkpoints_steps=500)
+        assert config.save_checkpoints_steps == 500
         ```
         """
         for key in changes:
