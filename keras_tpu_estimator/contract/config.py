@@ -365,7 +365,7 @@ class RunConfig:
     Example:
 
     ```python
-    config = RunConfig(model_dir="/tmp/m", save_checkpoints_steps=1000,
+    config = RunConfig(model_dir=model_dir, save_checkpoints_steps=1000,
                        tpu_config=TPUConfig(iterations_per_loop=100))
     ```
     """
