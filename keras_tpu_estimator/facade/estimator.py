@@ -366,6 +366,7 @@ class Estimator(EstimatorCalls):
         Example:
 
         ```python
+        estimator.train(input_fn, max_steps=1)
         path = estimator.export_saved_model(os.path.join(model_dir, "export"), serving_input_receiver_fn)
         ```
         """
@@ -408,6 +409,7 @@ class Estimator(EstimatorCalls):
         Example:
 
         ```python
+        estimator.train(input_fn, max_steps=1)
         path = estimator.export_savedmodel(os.path.join(model_dir, "export"), serving_input_receiver_fn)
         ```
         """

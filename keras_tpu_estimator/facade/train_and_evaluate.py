@@ -126,7 +126,7 @@ class TrainSpec(collections.namedtuple("TrainSpec", ["input_fn", "max_steps", "h
     Example:
 
     ```python
-    TrainSpec(train_input_fn, max_steps=2, hooks=[tf.estimator.StopAtStepHook(last_step=800)])
+    TrainSpec(train_input_fn, max_steps=2, hooks=[tf.compat.v1.train.StopAtStepHook(last_step=1)])
     ```
     """
 
