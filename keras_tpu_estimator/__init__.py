@@ -5,12 +5,12 @@ Example:
 ```python
 import keras_tpu_estimator as kte
 
-model = kte.EstimatorModel(model_fn, params={}, train_batch_size=64)
-model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1000)])
+model = kte.EstimatorModel(model_fn, params={}, train_batch_size=8)
+model.fit(input_fn, callbacks=[kte.StopAtStep(steps=2)])
 
-estimator = kte.TPUEstimator(model_fn, config=kte.RunConfig(model_dir="/tmp/m"),
-                             train_batch_size=64)
-estimator.train(input_fn, max_steps=1000)
+estimator = kte.TPUEstimator(model_fn, config=kte.RunConfig(model_dir=model_dir),
+                             train_batch_size=8)
+estimator.train(input_fn, max_steps=2)
 ```
 
 An unchanged old program: `python -m keras_tpu_estimator script.py ARGS...` (see `install`).

@@ -9,7 +9,7 @@ restores or warm-starts before a call. `keras_tpu_estimator.callbacks` is a publ
 Example:
 
 ```python
-model.fit(input_fn, callbacks=[StopAtStep(steps=1000), CheckpointSaver(model_dir, save_steps=100)])
+model.fit(input_fn, callbacks=[StopAtStep(steps=2), CheckpointSaver(model_dir, save_steps=1)])
 ```
 """
 

@@ -23,10 +23,11 @@ that ended in an error leaves its graph to no later call.
 Example:
 
 ```python
-session = hook_session(model, ModeKeys.TRAIN)
+model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
+session = hook_session(model, kte.ModeKeys.TRAIN)
 with session.graph.as_default():
     step = tf.compat.v1.train.get_global_step()
-session.run(step)   # the model's global step
+assert session.run(step) == 1   # the model's global step
 ```
 """
 
@@ -78,6 +79,8 @@ class HookSession:
     Example:
 
     ```python
+    model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
+    session = hook_session(model, kte.ModeKeys.TRAIN)
     session.run("global_step:0")  # the model's global step after the last execution
     ```
     """
@@ -204,7 +207,10 @@ class HookSession:
         Example:
 
         ```python
-        session.restore_variables(tf.train.latest_checkpoint(model_dir), {"w": "w/ExponentialMovingAverage"})
+        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1), kte.CheckpointSaver(model_dir)])
+        session = hook_session(model, kte.ModeKeys.TRAIN)
+        # graph name -> checkpoint name: here each variable from itself
+        session.restore_variables(tf.train.latest_checkpoint(model_dir), {"out/bias": "out/bias"})
         ```
         """
         reader = tf.train.load_checkpoint(save_path)
@@ -248,7 +254,8 @@ def hook_session(model: keras.Model, mode: str) -> HookSession:
     Example:
 
     ```python
-    session = hook_session(model, ModeKeys.TRAIN)
+    model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
+    session = hook_session(model, kte.ModeKeys.TRAIN)
     session.run("global_step:0")
     ```
     """
@@ -330,9 +337,9 @@ def shared_hook_session(model: keras.Model, mode: str, call: Any = None) -> Hook
     Example:
 
     ```python
-    session = shared_hook_session(model, ModeKeys.EVAL, callback.params)
-    ...
-    release_hook_session(model, ModeKeys.EVAL, session)   # the last user closes it
+    model.evaluate(input_fn, steps=1)
+    session = shared_hook_session(model, kte.ModeKeys.EVAL, {"steps": 1})   # a callback's params
+    release_hook_session(model, kte.ModeKeys.EVAL, session)   # the last user closes it
     ```
     """
     key = (id(model), mode)

@@ -66,8 +66,8 @@ class StopAtStep(keras.callbacks.Callback):
     Example:
 
     ```python
-    model.fit(input_fn, callbacks=[StopAtStep(steps=10)])   # executions 4, 4, 2 with K=4
-    model.global_step                                          # 10
+    model.fit(input_fn, callbacks=[StopAtStep(steps=3)])   # executions 1, 1, 1 with K=1
+    assert model.global_step == 3
     ```
 
     Note: the model must expose `global_step` and honour the `stop_step`
@@ -126,7 +126,7 @@ class CheckpointSaver(keras.callbacks.Callback):
     Example:
 
     ```python
-    model.fit(input_fn, callbacks=[StopAtStep(steps=20), CheckpointSaver("/tmp/m", save_steps=5)])
+    model.fit(input_fn, callbacks=[StopAtStep(steps=2), CheckpointSaver(model_dir, save_steps=1)])
     ```
     """
 
@@ -271,7 +271,7 @@ class StepSummaries(keras.callbacks.Callback):
     Example:
 
     ```python
-    model.fit(input_fn, callbacks=[StopAtStep(steps=100), StepSummaries("/tmp/m", 10)])
+    model.fit(input_fn, callbacks=[StopAtStep(steps=2), StepSummaries(model_dir, 1)])
     ```
     """
 
@@ -326,7 +326,7 @@ class StepLogger(keras.callbacks.Callback):
     Example:
 
     ```python
-    model.fit(input_fn, callbacks=[StopAtStep(steps=1000), StepLogger(100)])
+    model.fit(input_fn, callbacks=[StopAtStep(steps=2), StepLogger(1)])
     ```
     """
 
@@ -362,8 +362,9 @@ class SavedModelExporter(keras.callbacks.Callback):
     Example:
 
     ```python
-    model.fit(input_fn, callbacks=[StopAtStep(steps=1000),
-                                   SavedModelExporter("/tmp/export", receiver_fn, keep=3)])
+    export_dir = os.path.join(model_dir, "export")
+    model.fit(input_fn, callbacks=[StopAtStep(steps=1),
+                                   SavedModelExporter(export_dir, receiver_fn, keep=3)])
     ```
     """
 

@@ -12,10 +12,14 @@ step stats) at the steps it always named.
 Example:
 
 ```python
-profile = ExecutionProfile(tf.compat.v1.train.ProfilerHook(save_steps=10, output_dir=logdir))
-profile.before(run_args.options)   # starts the profiler when a full trace is asked
-...                                # the execution
-profile.after(global_step)         # stops it, under logdir/plugins/profile/
+logdir = os.path.join(model_dir, "profile")
+with tf.Graph().as_default():      # where a TF1 program builds its hooks
+    hook = tf.compat.v1.train.ProfilerHook(save_steps=1, output_dir=logdir)
+profile = ExecutionProfile(hook)
+options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+profile.before(options)            # starts the profiler: before_run asked a full trace
+tf.reduce_sum(tf.ones([4]))        # the execution
+profile.after(1)                   # stops it, under logdir/plugins/profile/
 ```
 """
 

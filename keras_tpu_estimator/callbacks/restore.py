@@ -91,7 +91,10 @@ class RestoreOrWarmStart(keras.callbacks.Callback):
     Example:
 
     ```python
-    model.fit(input_fn, callbacks=[RestoreOrWarmStart(checkpoints_newest_first(model_dir), None)])
+    from keras_tpu_estimator.model_dir import checkpoints_newest_first
+
+    model.fit(input_fn, callbacks=[RestoreOrWarmStart(checkpoints_newest_first(model_dir), None),
+                                   kte.StopAtStep(steps=1)])
     ```
     """
 

@@ -28,7 +28,7 @@ Example:
 
 ```python
 hook = tf.compat.v1.train.LoggingTensorHook({"step": "global_step:0"}, every_n_iter=1)
-model.fit(input_fn, callbacks=[SessionRunHookCallback(hook), StopAtStep(steps=8)])
+model.fit(input_fn, callbacks=[SessionRunHookCallback(hook), kte.StopAtStep(steps=2)])
 ```
 """
 
@@ -72,8 +72,9 @@ class SessionRunHookCallback(keras.callbacks.Callback):
     Example:
 
     ```python
-    estimator.train(input_fn, max_steps=100,
-                    hooks=[tf.compat.v1.train.LoggingTensorHook({"loss": "loss:0"}, every_n_iter=10)])
+    loss_name = "mean_squared_error/value:0"   # the model_fn's loss tensor
+    estimator.train(input_fn, max_steps=2,
+                    hooks=[tf.compat.v1.train.LoggingTensorHook({"loss": loss_name}, every_n_iter=1)])
     ```
     """
 
@@ -200,7 +201,8 @@ def as_callback(callback: Any) -> keras.callbacks.Callback:
     Example:
 
     ```python
-    callbacks = [as_callback(c) for c in hooks]
+    hooks = [tf.compat.v1.train.StopAtStepHook(last_step=2), kte.StepLogger(1)]
+    callbacks = [as_callback(c) for c in hooks]   # hooks wrapped; Keras callbacks as they are
     ```
     """
     if isinstance(callback, keras.callbacks.Callback):

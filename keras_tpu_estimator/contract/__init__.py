@@ -8,8 +8,10 @@ read as the Estimator read it. This wing imports nothing else of the package.
 Example:
 
 ```python
+loss = tf.constant(0.5)   # in a model_fn: the loss and the train_op it builds
+train_op = tf.no_op()
 spec = TPUEstimatorSpec(mode=ModeKeys.TRAIN, loss=loss, train_op=train_op)
-config = RunConfig(model_dir="/tmp/m", tpu_config=TPUConfig(iterations_per_loop=100))
+config = RunConfig(model_dir=model_dir, tpu_config=TPUConfig(iterations_per_loop=100))
 ```
 """
 

@@ -365,7 +365,7 @@ class RunConfig:
     Example:
 
     ```python
-    config = RunConfig(model_dir="/tmp/m", save_checkpoints_steps=1000,
+    config = RunConfig(model_dir=model_dir, save_checkpoints_steps=1000,
                        tpu_config=TPUConfig(iterations_per_loop=100))
     ```
     """
@@ -490,7 +490,9 @@ class RunConfig:
         Example:
 
         ```python
+        config = RunConfig(save_checkpoints_steps=1000)
         config = config.replace(save_checkpoints_steps=500)
+        assert config.save_checkpoints_steps == 500
         ```
         """
         for key in changes:

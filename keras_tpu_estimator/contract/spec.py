@@ -259,7 +259,11 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _SPEC_FIELDS))
         Example:
 
         ```python
-        return spec if params["use_tpu"] else spec.as_estimator_spec()
+        def model_fn(features, labels, mode, params):
+            spec = TPUEstimatorSpec(mode, loss=tf.constant(0.5), train_op=tf.no_op())
+            return spec if params["use_tpu"] else spec.as_estimator_spec()
+
+        assert isinstance(model_fn({}, None, ModeKeys.TRAIN, {"use_tpu": False}), EstimatorSpec)
         ```
         """
         if self.host_call is not None:
@@ -307,7 +311,10 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_SPEC_FIEL
     Example:
 
     ```python
-    return EstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op=train_op)
+    def model_fn(features, labels, mode, params):
+        return EstimatorSpec(ModeKeys.TRAIN, loss=tf.constant(0.5), train_op=tf.no_op())
+
+    estimator = kte.Estimator(model_fn, model_dir=model_dir)
     ```
 
     Differences from TPUEstimator: `training_chief_hooks` raise the original's

@@ -194,7 +194,7 @@ def use_cpu_replicas(count: int) -> tf.distribute.Strategy:
 
     Example:
 
-    ```python
+    ```text
     use_cpu_replicas(2)   # then TPUEstimator(use_tpu=True) runs 2 replicas
     ```
     """

@@ -37,9 +37,10 @@ def eager_context() -> contextlib.AbstractContextManager:
     Example:
 
     ```python
-    tf.compat.v1.disable_eager_execution()
-    with eager_context():
-        assert tf.executing_eagerly()
+    with tf.Graph().as_default():   # as in a program that disabled eager execution
+        assert not tf.executing_eagerly()
+        with eager_context():
+            assert tf.executing_eagerly()
     ```
     """
     if tf.executing_eagerly() or tf.inside_function():

@@ -21,7 +21,7 @@ class NonFiniteVariableError(FloatingPointError, tf.errors.InvalidArgumentError)
 
     ```python
     try:
-        estimator.train(input_fn, max_steps=1000)
+        estimator.train(input_fn, max_steps=2)
     except tf.errors.InvalidArgumentError as error:  # or FloatingPointError
         print(error.message)
     ```
@@ -39,7 +39,7 @@ class NanLossError(FloatingPointError, tf.compat.v1.train.NanLossDuringTrainingE
 
     ```python
     try:
-        estimator.train(input_fn, max_steps=1000)
+        estimator.train(input_fn, max_steps=2)
     except tf.compat.v1.train.NanLossDuringTrainingError as error:
         print(error)  # "NaN loss during training. The training loss became nan ..."
     ```

@@ -6,9 +6,9 @@ other line:
 ```python
 from keras_tpu_estimator import estimator as tf_estimator  # was: tf_estimator = tf.compat.v1.estimator
 
-config = tf_estimator.tpu.RunConfig(model_dir="/tmp/m",
+config = tf_estimator.tpu.RunConfig(model_dir=model_dir,
                                     tpu_config=tf_estimator.tpu.TPUConfig(iterations_per_loop=100))
-estimator = tf_estimator.tpu.TPUEstimator(model_fn, config=config, train_batch_size=64)
+estimator = tf_estimator.tpu.TPUEstimator(model_fn, config=config, train_batch_size=8)
 if mode == tf_estimator.ModeKeys.TRAIN: ...
 ```
 

@@ -317,7 +317,7 @@ def export_saved_model(
     Example:
 
     ```python
-    path = export_saved_model("/tmp/export", receiver_fn, model_fn, "/tmp/m/model.ckpt-100")
+    path = export_saved_model(os.path.join(model_dir, "export"), receiver_fn, model_fn, "/tmp/m/model.ckpt-100")
     tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
     ```
 
@@ -396,7 +396,7 @@ def export_estimator_savedmodel(
     Example:
 
     ```python
-    path = export_estimator_savedmodel(estimator, "/tmp/export", serving_input_receiver_fn)
+    path = export_estimator_savedmodel(estimator, os.path.join(model_dir, "export"), serving_input_receiver_fn)
     tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
     ```
 

@@ -8,8 +8,8 @@ and runs it with callbacks. `train_and_evaluate` with its `exporters`, `early_st
 Example:
 
 ```python
-estimator = TPUEstimator(model_fn, config=RunConfig(model_dir="/tmp/m"), train_batch_size=64)
-estimator.train(input_fn, max_steps=1000)
+estimator = TPUEstimator(model_fn, config=RunConfig(model_dir=model_dir), train_batch_size=8)
+estimator.train(input_fn, max_steps=2)
 ```
 """
 

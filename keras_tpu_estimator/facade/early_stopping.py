@@ -22,7 +22,7 @@ Example:
 
 ```python
 hook = stop_if_no_decrease_hook(estimator, "loss", max_steps_without_decrease=1000)
-estimator.train(train_input_fn, max_steps=100_000, hooks=[hook])
+estimator.train(train_input_fn, max_steps=2, hooks=[hook])
 ```
 """
 
@@ -288,7 +288,7 @@ class InMemoryEvaluatorHook(_Run):
 
     ```python
     evaluator = InMemoryEvaluatorHook(estimator, eval_input_fn, steps=10, every_n_iter=500)
-    estimator.train(train_input_fn, max_steps=10_000, hooks=[evaluator])
+    estimator.train(train_input_fn, max_steps=2, hooks=[evaluator])
     ```
     """
 
@@ -357,7 +357,7 @@ def make_stop_at_checkpoint_step_hook(
     Example:
 
     ```python
-    estimator.train(input_fn, max_steps=10_000, hooks=[make_stop_at_checkpoint_step_hook(estimator, 5000)])
+    estimator.train(input_fn, max_steps=2, hooks=[make_stop_at_checkpoint_step_hook(estimator, 5000)])
     ```
     """
     del wait_after_file_check_secs  # nothing waits for a file here

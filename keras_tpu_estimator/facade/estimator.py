@@ -20,9 +20,9 @@ did; it changes the model it builds and the checks of its arguments.
 Example:
 
 ```python
-estimator = Estimator(model_fn, model_dir="/tmp/m", params={"learning_rate": 0.1})
-estimator.train(input_fn, max_steps=1000)
-estimator.evaluate(input_fn, steps=10)          # {"loss": ..., "accuracy": ..., "global_step": 1000}
+estimator = Estimator(model_fn, model_dir=model_dir, params={"learning_rate": 0.1})
+estimator.train(input_fn, max_steps=2)
+estimator.evaluate(input_fn, steps=1)          # {"loss": ..., "accuracy": ..., "global_step": 1000}
 ```
 """
 
@@ -163,8 +163,8 @@ class Estimator(EstimatorCalls):
             dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         return dataset.batch(params["batch_size"])
 
-    estimator = Estimator(model_fn, config=RunConfig(model_dir="/tmp/m"), params={"batch_size": 32})
-    estimator.train(input_fn, steps=100)
+    estimator = Estimator(model_fn, config=RunConfig(model_dir=model_dir), params={"batch_size": 32})
+    estimator.train(input_fn, steps=1)
     for prediction in estimator.predict(predict_input_fn):
         ...
     ```
@@ -288,7 +288,7 @@ class Estimator(EstimatorCalls):
         Example:
 
         ```python
-        estimator.train(input_fn, max_steps=10_000)
+        estimator.train(input_fn, max_steps=2)
         ```
         """
         return self._train(input_fn, hooks, steps, max_steps, saving_listeners)
@@ -315,7 +315,7 @@ class Estimator(EstimatorCalls):
         Example:
 
         ```python
-        estimator.evaluate(eval_input_fn, steps=100)  # {"accuracy": ..., "loss": ..., "global_step": ...}
+        estimator.evaluate(eval_input_fn, steps=1)  # {"accuracy": ..., "loss": ..., "global_step": ...}
         ```
         """
         return self._evaluate(input_fn, steps, hooks, checkpoint_path, name)
@@ -366,7 +366,8 @@ class Estimator(EstimatorCalls):
         Example:
 
         ```python
-        path = estimator.export_saved_model("/tmp/export", serving_input_receiver_fn)
+        estimator.train(input_fn, max_steps=1)
+        path = estimator.export_saved_model(os.path.join(model_dir, "export"), serving_input_receiver_fn)
         ```
         """
         if not serving_input_receiver_fn:
@@ -408,7 +409,8 @@ class Estimator(EstimatorCalls):
         Example:
 
         ```python
-        path = estimator.export_savedmodel("/tmp/export", serving_input_receiver_fn)
+        estimator.train(input_fn, max_steps=1)
+        path = estimator.export_savedmodel(os.path.join(model_dir, "export"), serving_input_receiver_fn)
         ```
         """
         _log.warning("export_savedmodel is deprecated: this function has been renamed, use export_saved_model.")

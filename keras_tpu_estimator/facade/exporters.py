@@ -17,7 +17,7 @@ Example:
 
 ```python
 exporter = LatestExporter("latest", serving_input_receiver_fn, exports_to_keep=3)
-eval_spec = EvalSpec(eval_input_fn, steps=10, exporters=[exporter])
+eval_spec = kte.estimator.EvalSpec(eval_input_fn, steps=1, exporters=[exporter])
 ```
 """
 
@@ -163,7 +163,7 @@ class LatestExporter(Exporter):
     Example:
 
     ```python
-    EvalSpec(eval_input_fn, exporters=LatestExporter("latest", serving_input_receiver_fn))
+    kte.estimator.EvalSpec(eval_input_fn, exporters=LatestExporter("latest", serving_input_receiver_fn))
     ```
     """
 
@@ -321,7 +321,7 @@ class FinalExporter(Exporter):
     Example:
 
     ```python
-    EvalSpec(eval_input_fn, exporters=[FinalExporter("final", serving_input_receiver_fn)])
+    kte.estimator.EvalSpec(eval_input_fn, exporters=[FinalExporter("final", serving_input_receiver_fn)])
     ```
     """
 

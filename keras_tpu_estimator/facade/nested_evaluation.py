@@ -13,7 +13,7 @@ Example:
 
 ```python
 with evaluating_during_training():
-    estimator.evaluate(eval_input_fn, steps=10)
+    estimator.evaluate(eval_input_fn, steps=1)
 ```
 """
 

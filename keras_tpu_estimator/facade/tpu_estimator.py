@@ -78,10 +78,10 @@ class TPUEstimator(Estimator):
     Example:
 
     ```python
-    estimator = TPUEstimator(model_fn, config=RunConfig(model_dir="/tmp/m"),
-                             train_batch_size=64, eval_batch_size=64)
-    estimator.train(input_fn, max_steps=1000)
-    estimator.evaluate(input_fn, steps=10)   # {"loss": ..., "global_step": 1000}
+    estimator = TPUEstimator(model_fn, config=RunConfig(model_dir=model_dir),
+                             train_batch_size=8, eval_batch_size=8)
+    estimator.train(input_fn, max_steps=2)
+    estimator.evaluate(input_fn, steps=1)   # {"loss": ..., "global_step": 1000}
     ```
 
     With `use_tpu=False`, `RunConfig(train_distribute=...)` / `eval_distribute`

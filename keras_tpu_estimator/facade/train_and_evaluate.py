@@ -23,7 +23,7 @@ runs where, from `TF_CONFIG`'s task (as the original's `_TrainingExecutor`):
 Example:
 
 ```python
-train_spec = TrainSpec(train_input_fn, max_steps=10_000)
+train_spec = TrainSpec(train_input_fn, max_steps=2)
 eval_spec = EvalSpec(eval_input_fn, steps=100, exporters=[LatestExporter("latest", receiver_fn)])
 metrics, export_results = train_and_evaluate(estimator, train_spec, eval_spec)
 ```
@@ -126,7 +126,7 @@ class TrainSpec(collections.namedtuple("TrainSpec", ["input_fn", "max_steps", "h
     Example:
 
     ```python
-    TrainSpec(train_input_fn, max_steps=1000, hooks=[tf.estimator.StopAtStepHook(last_step=800)])
+    TrainSpec(train_input_fn, max_steps=2, hooks=[tf.compat.v1.train.StopAtStepHook(last_step=1)])
     ```
     """
 
@@ -409,7 +409,7 @@ def train_and_evaluate(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpe
     Example:
 
     ```python
-    metrics, exports = train_and_evaluate(estimator, TrainSpec(train_fn, max_steps=100),
+    metrics, exports = train_and_evaluate(estimator, TrainSpec(train_fn, max_steps=2),
                                           EvalSpec(eval_fn, steps=10, throttle_secs=0))
     ```
     """

@@ -7,8 +7,8 @@
 Example:
 
 ```python
-model = EstimatorModel(model_fn, params={}, train_batch_size=64)
-model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1000)])
+model = EstimatorModel(model_fn, params={}, train_batch_size=8)
+model.fit(input_fn, callbacks=[kte.StopAtStep(steps=2)])
 ```
 """
 

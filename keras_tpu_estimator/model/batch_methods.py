@@ -40,9 +40,9 @@ class SingleBatchMethods:
     Example:
 
     ```python
-    loss = model.train_on_batch({"x": x[:64]}, y[:64])    # one global step
-    model.test_on_batch({"x": x[:64]}, y[:64], return_dict=True)
-    model.predict_on_batch({"x": x[:64]})["probabilities"]
+    loss = model.train_on_batch({"x": x[:4]}, y[:4])    # one global step
+    model.test_on_batch({"x": x[:4]}, y[:4], return_dict=True)
+    model.predict_on_batch({"x": x[:4]})["probabilities"]
     ```
     """
 

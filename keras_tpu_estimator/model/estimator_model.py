@@ -91,10 +91,11 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
     Example:
 
     ```python
-    model = EstimatorModel(model_fn, params={"lr": 0.1}, train_batch_size=64,
-                           config=RunConfig(tpu_config=TPUConfig(iterations_per_loop=100)))
-    model.fit(input_fn, callbacks=[StopAtStep(steps=1000)])
-    model.evaluate(eval_input_fn, steps=10)
+    model = EstimatorModel(model_fn, params={"lr": 0.1}, train_batch_size=8, eval_batch_size=8,
+                           predict_batch_size=8,
+                           config=RunConfig(tpu_config=kte.TPUConfig(iterations_per_loop=2)))
+    model.fit(input_fn, callbacks=[kte.StopAtStep(steps=2)])
+    model.evaluate(eval_input_fn, steps=1)
     predictions = model.predict(predict_input_fn)
     ```
 
@@ -272,7 +273,7 @@ class EstimatorModel(KerasMethods, SingleBatchMethods, EstimatorTrainer, keras.M
         Example:
 
         ```python
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), steps_per_execution=100,
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), steps_per_execution=2,
                       jit_compile=True)
         ```
         """
@@ -449,7 +450,7 @@ def check_tpu_compatibility(
     Example:
 
     ```python
-    report = check_tpu_compatibility(model_fn, {}, RunConfig(), {"train": 64}, input_fn, "train")
+    report = check_tpu_compatibility(model_fn, {}, RunConfig(), {"train": 8}, input_fn, "train")
     ```
     """
     if tf.distribute.has_strategy():

@@ -52,7 +52,8 @@ def unsupported_message(what: str) -> str:
     Example:
 
     ```python
-    raise NotImplementedError(unsupported_message("`get_config()`"))
+    message = unsupported_message("`get_config()`")   # what get_config() raises
+    assert "save_weights" in message
     ```
     """
     return (
@@ -236,9 +237,13 @@ class KerasMethods:
     Example:
 
     ```python
-    model.summary()                      # every model_fn variable by TF1 name
-    model.export("/tmp/serving")         # a SavedModel for tf.saved_model.load
-    model.save("m.keras")                # NotImplementedError naming the supported ways
+    model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
+    model.summary()                                   # every model_fn variable by TF1 name
+    model.export(os.path.join(model_dir, "serving"))  # a SavedModel for tf.saved_model.load
+    try:
+        model.save(os.path.join(model_dir, "m.keras"))
+    except NotImplementedError as error:              # naming the supported ways
+        print(error)
     ```
     """
 
@@ -323,8 +328,9 @@ class KerasMethods:
         Example:
 
         ```python
+        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
         best = model.get_weights()
-        model.fit(input_fn, callbacks=[StopAtStep(steps=10)])
+        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=2)])
         model.set_weights(best)  # the weights of then; model.global_step is unchanged
         ```
         """
@@ -354,8 +360,9 @@ class KerasMethods:
         Example:
 
         ```python
-        model.save_weights("/tmp/m.weights.h5")
-        model.load_weights("/tmp/m.weights.h5")  # weights and global_step as saved
+        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
+        model.save_weights(os.path.join(model_dir, "m.weights.h5"))
+        model.load_weights(os.path.join(model_dir, "m.weights.h5"))  # weights and global_step as saved
         ```
         """
         super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
@@ -373,7 +380,8 @@ class KerasMethods:
         Example:
 
         ```python
-        model.save_weights("/tmp/m.weights.h5")  # instead of model.save("/tmp/m.keras")
+        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
+        model.save_weights(os.path.join(model_dir, "m.weights.h5"))  # instead of model.save("m.keras")
         ```
         """
         path = os.fsdecode(filepath) if isinstance(filepath, (str, bytes, os.PathLike)) else str(filepath)
@@ -440,8 +448,10 @@ class KerasMethods:
         Example:
 
         ```python
-        model.export("/tmp/serving")
-        tf.saved_model.load("/tmp/serving").signatures["serving_default"](x=rows)
+        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
+        model.export(os.path.join(model_dir, "serving"))
+        serve = tf.saved_model.load(os.path.join(model_dir, "serving")).signatures["serving_default"]
+        serve(x=tf.constant(x))
         ```
         """
         if format != "tf_saved_model":

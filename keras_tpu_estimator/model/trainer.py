@@ -59,8 +59,8 @@ class EstimatorTrainer:
     Example:
 
     ```python
-    model = EstimatorModel(model_fn, train_batch_size=64)   # an EstimatorTrainer
-    model.fit(input_fn, callbacks=[StopAtStep(steps=100)])
+    model = kte.EstimatorModel(model_fn, train_batch_size=8)   # an EstimatorTrainer
+    model.fit(input_fn, callbacks=[kte.StopAtStep(steps=2)])
     ```
     """
 
@@ -126,8 +126,8 @@ class EstimatorTrainer:
         Example:
 
         ```python
-        model.fit(input_fn, callbacks=[StopAtStep(steps=100)])
-        model.fit({"x": x_train}, y_train, batch_size=64, epochs=3)
+        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=2)])
+        model.fit({"x": x}, y, batch_size=4, epochs=2)
         ```
         """
         refuse_keras_arguments(
@@ -289,8 +289,8 @@ class EstimatorTrainer:
         Example:
 
         ```python
-        with model.one_loop_evaluation(6):
-            model.evaluate(eval_input_fn, steps=6)  # one execution of 6 steps
+        with model.one_loop_evaluation(2):
+            model.evaluate(eval_input_fn, steps=2)  # one execution of 2 steps
         ```
         """
         saved = self._driver.iterations_per_loop
@@ -322,8 +322,8 @@ class EstimatorTrainer:
         Example:
 
         ```python
-        model.evaluate(eval_input_fn, steps=10, return_dict=True)  # {"loss": ...}
-        model.evaluate({"x": x_test}, y_test, batch_size=64)
+        model.evaluate(eval_input_fn, steps=1, return_dict=True)  # {"loss": ...}
+        model.evaluate({"x": x}, y, batch_size=4)
         ```
         """
         refuse_keras_arguments("evaluate", sample_weight=sample_weight)

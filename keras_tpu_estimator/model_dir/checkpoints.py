@@ -271,9 +271,9 @@ class CheckpointKeeper:
     Example:
 
     ```python
-    keeper = CheckpointKeeper("/tmp/m", model.variables_by_name, max_to_keep=5)
+    keeper = CheckpointKeeper(model_dir, model.variables_by_name, max_to_keep=5)
     keeper.save(step=model.global_step)
-    tf.train.latest_checkpoint("/tmp/m")   # ".../model.ckpt-<step>"
+    tf.train.latest_checkpoint(model_dir)   # ".../model.ckpt-<step>"
     ```
     """
 

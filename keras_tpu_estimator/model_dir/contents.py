@@ -49,7 +49,7 @@ def check_model_dir(model_dir: str) -> None:
     Example:
 
     ```python
-    check_model_dir("/tmp/m")   # fine if missing: it is created when needed
+    check_model_dir(model_dir)   # fine if missing: it is created when needed
     ```
     """
     if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
@@ -94,7 +94,7 @@ def checkpoints_newest_first(model_dir: str) -> list[str]:
     Example:
 
     ```python
-    checkpoints_newest_first("/tmp/m")   # ["/tmp/m/model.ckpt-8", "/tmp/m/model.ckpt-4"]
+    checkpoints_newest_first(model_dir)   # ["/tmp/m/model.ckpt-8", "/tmp/m/model.ckpt-4"]
     ```
     """
     found = scanned_checkpoints(model_dir)

@@ -46,7 +46,7 @@ Limits:
 Example:
 
 ```python
-with ModelDirLock("/tmp/model"):
+with ModelDirLock(model_dir):
     model.fit(...)
 ```
 """
@@ -158,7 +158,7 @@ class ModelDirLock:
         Example:
 
         ```python
-        lock = ModelDirLock("/tmp/model").acquire()
+        lock = ModelDirLock(model_dir).acquire()
         ```
         """
         if self._remote:

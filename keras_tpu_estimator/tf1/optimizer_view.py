@@ -30,7 +30,7 @@ class TrainOpOptimizer:
     Example:
 
     ```python
-    model.fit(input_fn, callbacks=[StopAtStep(steps=10)])
+    model.fit(input_fn, callbacks=[StopAtStep(steps=1)])
     int(model.optimizer.iterations)   # 10: the global step
     ```
     """

@@ -21,7 +21,7 @@ Example:
 
 ```python
 summaries = TF1Summaries()
-summaries.start(tf.summary.create_file_writer("/tmp/m"), first_step=0, every_n_steps=2)
+summaries.start(tf.summary.create_file_writer(model_dir), first_step=0, every_n_steps=2)
 # in the replica step, after model_fn:  host += [summaries.step_summary(global_step_before)]
 summaries.write(serialized_per_step, steps_after=[1, 2, 3])  # on the host: steps 1 and 3
 summaries.stop()

@@ -6,7 +6,7 @@ Example:
 from keras_tpu_estimator import estimator as tf_estimator
 
 estimator = tf_estimator.tpu.TPUEstimator(
-    model_fn, config=tf_estimator.tpu.RunConfig(model_dir="/tmp/m"), train_batch_size=64)
+    model_fn, config=tf_estimator.tpu.RunConfig(model_dir=model_dir), train_batch_size=8)
 ```
 
 TF 1.x programs that wrote `tf.contrib.tpu.TPUEstimator` and

@@ -1,0 +1,194 @@
+"""Every ```python block after an `Example:` line in keras_tpu_estimator's docstrings runs.
+
+Docstrings are read with `ast` from the source (modules, classes, functions, methods, private
+ones too). Each block runs as its own test in a fresh namespace: its module's globals, `os`, `tf`,
+`keras`, `np`, `kte`, and the names of the toy world (tests/docstring_world.py) it uses.
+Running without error is the check; examples assert the values they claim.
+"""
+
+import ast
+import builtins
+import importlib
+import os
+import pathlib
+import re
+import textwrap
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_tpu_estimator as kte
+from tests.docstring_world import world
+
+PACKAGE = pathlib.Path(kte.__file__).parent
+_FENCE = re.compile(r"^```(\w*)$")
+
+
+def _blocks(doc: str) -> list[str]:
+    """The ```python blocks of `doc` that follow an `Example:` line (other fences too: ignored)."""
+    found, after, lines, i = [], False, doc.splitlines(), 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if re.match(r"^Examples?( \w+)*:$", line):
+            after = True
+        fence = _FENCE.match(line)
+        if fence:
+            end = i + 1
+            while end < len(lines) and lines[end].strip() != "```":
+                end += 1
+            if after and fence.group(1) == "python":
+                found.append(textwrap.dedent("\n".join(lines[i + 1:end])))
+            after, i = False, end
+        i += 1
+    return found
+
+
+def _docstrings(tree: ast.AST, prefix: str = ""):
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = prefix + node.name
+            if doc := ast.get_docstring(node):
+                yield name, doc
+            yield from _docstrings(node, name + ".")
+
+
+def _examples():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        tree = ast.parse(path.read_text(), str(path))
+        docs = [("<module>", ast.get_docstring(tree) or ""), *_docstrings(tree)]
+        for qualname, doc in docs:
+            for index, code in enumerate(_blocks(doc)):
+                yield pytest.param(module, code, id=f"{module}:{qualname}:{index}")
+
+
+# Fragments not yet rewritten into runnable examples (issue 33): each fails today, and must
+# start passing when its docstring is fixed (strict xfail), then leave this list.
+NOT_YET_RUNNABLE = {
+    "keras_tpu_estimator._compat.deprecations:quiet_deprecations:0",
+    "keras_tpu_estimator._compat.keras_state:recording_keras_optimizers:0",
+    "keras_tpu_estimator._compat.op_copy:copy_op_here:0",
+    "keras_tpu_estimator._compat.patching:swapped_attribute:0",
+    "keras_tpu_estimator._compat.strategy_scope:default_strategy:0",
+    "keras_tpu_estimator._compat.strategy_scope:only_strategy_scope:0",
+    "keras_tpu_estimator._compat.tf1_identity:VariableOp:0",
+    "keras_tpu_estimator._compat.tf1_identity:tf1_identity:0",
+    "keras_tpu_estimator._compat.xla_check:<module>:0",
+    "keras_tpu_estimator.distribute.strategy:TPUContext:0",
+    "keras_tpu_estimator.distribute.worker_errors:<module>:0",
+    "keras_tpu_estimator.engine.driver:<module>:0",
+    "keras_tpu_estimator.engine.invoke:call_scaffold_fn:0",
+    "keras_tpu_estimator.engine.invoke:check_scaffold:0",
+    "keras_tpu_estimator.engine.invoke:invoke_model_fn:0",
+    "keras_tpu_estimator.engine.loop:make_loop_function:0",
+    "keras_tpu_estimator.engine.preemption:StopRequests:0",
+    "keras_tpu_estimator.engine.runner:ModelFnRunner:0",
+    "keras_tpu_estimator.estimator.experimental:<module>:0",
+    "keras_tpu_estimator.estimator.tpu.experimental:EmbeddingConfigSpec:0",
+    "keras_tpu_estimator.export.inference:inference_on_tpu:0",
+    "keras_tpu_estimator.export.saved_model:export_estimator_savedmodel:0",
+    "keras_tpu_estimator.export.saved_model:export_saved_model:0",
+    "keras_tpu_estimator.export.serving:ClassificationOutput:0",
+    "keras_tpu_estimator.export.serving:SupervisedInputReceiver:0",
+    "keras_tpu_estimator.export.serving:TensorServingInputReceiver:0",
+    "keras_tpu_estimator.facade.calls:own_strategy_scope:0",
+    "keras_tpu_estimator.facade.calls:plain_input_fn:0",
+    "keras_tpu_estimator.facade.calls:plain_model_fn:0",
+    "keras_tpu_estimator.facade.estimator:<module>:0",
+    "keras_tpu_estimator.facade.estimator:Estimator:0",
+    "keras_tpu_estimator.facade.train_and_evaluate:<module>:0",
+    "keras_tpu_estimator.facade.train_and_evaluate:EvalSpec:0",
+    "keras_tpu_estimator.facade.train_and_evaluate:train_and_evaluate:0",
+    "keras_tpu_estimator.host.gather:<module>:0",
+    "keras_tpu_estimator.host.loop:<module>:0",
+    "keras_tpu_estimator.host.plan:HostPart:0",
+    "keras_tpu_estimator.host.plan:HostPlan:0",
+    "keras_tpu_estimator.host.predictions:PredictionPlan:0",
+    "keras_tpu_estimator.host.predictions:select_keys:0",
+    "keras_tpu_estimator.host.runner:HostFunction:0",
+    "keras_tpu_estimator.host.runner:HostMetrics:0",
+    "keras_tpu_estimator.host.runner:HostRunner:0",
+    "keras_tpu_estimator.inputs.batch_plan:<module>:0",
+    "keras_tpu_estimator.inputs.deployment:<module>:0",
+    "keras_tpu_estimator.migration.install:<module>:0",
+    "keras_tpu_estimator.migration.install:install:0",
+    "keras_tpu_estimator.model_dir.checkpoints:DamagedCheckpointError:0",
+    "keras_tpu_estimator.model_dir.lock:<module>:0",
+    "keras_tpu_estimator.model_dir.lock:ModelDirLock.release:0",
+    "keras_tpu_estimator.model_dir.lock:ModelDirLock:0",
+    "keras_tpu_estimator.model_dir.lock:ModelDirLockedError:0",
+    "keras_tpu_estimator.model_dir:<module>:0",
+    "keras_tpu_estimator.tf1.cross_replica:replica_mean:0",
+    "keras_tpu_estimator.tf1.cross_replica:synchronized_gradients:0",
+    "keras_tpu_estimator.tf1.fetches:always_increments:0",
+    "keras_tpu_estimator.tf1.legacy:model_fn_scope:0",
+    "keras_tpu_estimator.tf1.legacy:per_replica_collections:0",
+    "keras_tpu_estimator.tf1.legacy:summary_names:0",
+    "keras_tpu_estimator.tf1.metric_ops:<module>:0",
+    "keras_tpu_estimator.tf1.optimizer_view:TrainOpOptimizer:0",
+    "keras_tpu_estimator.tf1.optimizer_view:train_op_optimizer:0",
+    "keras_tpu_estimator.tf1.saver:ScaffoldSession:0",
+    "keras_tpu_estimator.tf1.saver:TracedSaver:0",
+    "keras_tpu_estimator.tf1.saver:restore_by_names:0",
+    "keras_tpu_estimator.tf1.saver:run_local_init_op:0",
+    "keras_tpu_estimator.tf1.saver:run_scaffold_initialisers:0",
+    "keras_tpu_estimator.tf1.saver:saver_names:0",
+    "keras_tpu_estimator.tf1.saver:saver_stand_in:0",
+    "keras_tpu_estimator.tf1.saver:traced_saver_of:0",
+    "keras_tpu_estimator.tf1.step_tensors:<module>:0",
+    "keras_tpu_estimator.tf1.summaries:<module>:0",
+    "keras_tpu_estimator.tf1.summaries:TF1Summaries:0",
+    "keras_tpu_estimator.tf1:<module>:0",
+    "keras_tpu_estimator.utils.logs:get_logger:0",
+    "keras_tpu_estimator.utils.per_thread:PerThreadList:0",
+    "keras_tpu_estimator.utils.source_lines:<module>:0",
+    "keras_tpu_estimator.xla.readiness:<module>:0",
+    "keras_tpu_estimator.xla.step_compilation:<module>:0",
+}
+
+
+def _marked(param):
+    if param.id in NOT_YET_RUNNABLE:
+        return pytest.param(*param.values, id=param.id, marks=pytest.mark.xfail(
+            strict=True, reason="docstring fragment not yet runnable"))
+    return param
+
+
+EXAMPLES = [_marked(p) for p in _examples()]
+
+
+def _free_names(tree: ast.AST) -> set[str]:
+    """Names the code reads but never binds itself."""
+    loaded, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return loaded - bound
+
+
+def test_there_are_examples():
+    assert len(EXAMPLES) > 100
+
+
+@pytest.mark.parametrize("module, code", EXAMPLES)
+def test_example(module: str, code: str, tmp_path):
+    tree = ast.parse(code)
+    namespace = dict(vars(importlib.import_module(module)))
+        # a world name shadows a module global only where that global is a subpackage (kte.model_dir)
+    missing = {n for n in _free_names(tree) if not hasattr(builtins, n)
+               and (n not in namespace or isinstance(namespace[n], types.ModuleType))}
+    model_dir = tmp_path / "model_dir"
+    model_dir.mkdir()
+    namespace.update(world(missing, str(model_dir)))
+    namespace.update(os=os, tf=tf, keras=keras, np=np, kte=kte, __name__="docstring_example")
+    exec(compile(tree, f"<{module} example>", "exec"), namespace)
