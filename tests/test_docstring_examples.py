@@ -86,7 +86,6 @@ NOT_YET_RUNNABLE = {
     "keras_tpu_estimator.engine.invoke:invoke_model_fn:0",
     "keras_tpu_estimator.engine.loop:make_loop_function:0",
     "keras_tpu_estimator.engine.preemption:StopRequests:0",
-    "keras_tpu_estimator.engine.runner:ModelFnRunner:0",
     "keras_tpu_estimator.estimator.experimental:<module>:0",
     "keras_tpu_estimator.estimator.tpu.experimental:EmbeddingConfigSpec:0",
     "keras_tpu_estimator.export.inference:inference_on_tpu:0",

@@ -12,7 +12,7 @@ never tests `use_tpu` again.
 Example:
 
 ```python
-path = RunPath.decide(use_tpu=False, strategy=None, config=RunConfig())
+path = RunPath.decide(use_tpu=False, strategy=None, config=kte.RunConfig())
 assert not path.pads_partial_batches and path.num_replicas == 1
 ```
 """

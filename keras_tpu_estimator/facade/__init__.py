@@ -8,7 +8,7 @@ and runs it with callbacks. `train_and_evaluate` with its `exporters`, `early_st
 Example:
 
 ```python
-estimator = TPUEstimator(model_fn, config=RunConfig(model_dir=model_dir), train_batch_size=8)
+estimator = kte.TPUEstimator(model_fn, config=kte.RunConfig(model_dir=model_dir), train_batch_size=8)
 estimator.train(input_fn, max_steps=2)
 ```
 """

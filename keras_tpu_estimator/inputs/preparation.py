@@ -17,8 +17,9 @@ in turn, `input_fn` getting the `InputContext`.
 Example:
 
 ```python
-found = prepare_input(input_fn, "train", path, config, BatchPlan("train", 64), params={})
-found.batch.per_replica, found.element_spec
+path = kte.distribute.RunPath.decide(use_tpu=True, strategy=None, config=kte.RunConfig())
+found = prepare_input(input_fn, "train", path, kte.RunConfig(), BatchPlan("train", 8), params={})
+assert found.batch.per_replica == 8 and found.input_steps == float("inf")
 ```
 """
 
