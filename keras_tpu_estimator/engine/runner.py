@@ -246,7 +246,7 @@ class ModelFnRunner:
         # when their shapes vary by step), as the original's CPU path passed them.
         record.host_plan = self.host.record(
             mode, spec, self.path.local_replicas, padded=mask_spec is not None, ragged=self.path.ragged_host_tensors,
-            summaries=writes_summaries,
+            summaries=writes_summaries, mask_rows=None if mask_spec is None else tf.compat.dimension_value(mask_spec.shape[0]),
         )
         hooks = {
             ModeKeys.TRAIN: "training_hooks",

@@ -30,26 +30,8 @@ import tensorflow as tf
 
 from keras_tpu_estimator import _compat
 
-from .plan import HostPart, RaggedSteps
-
-
-def _without_padding(value: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
-    """`host_plan.drop_padding`'s rule in the graph: a value with one row per mask entry loses padded rows."""
-    per_row = tf.equal(tf.shape(value)[0], tf.size(keep))
-    return tf.cond(per_row, lambda: tf.boolean_mask(value, keep), lambda: value)
-
-
-def _ragged_step(flat: tf.Tensor, shapes: tf.Tensor, spec: tf.TensorSpec) -> Callable[[tf.Tensor], tf.Tensor]:
-    """Step `index`'s value of a ragged tensor (`host_plan.RaggedSteps` in the graph)."""
-    ends = tf.cumsum(tf.reduce_prod(shapes, axis=1))
-
-    def value(index: tf.Tensor) -> tf.Tensor:
-        start = tf.where(index > 0, tf.gather(ends, tf.maximum(index - 1, 0)), 0)
-        step = tf.reshape(flat[start : tf.gather(ends, index)], tf.gather(shapes, index))
-        step.set_shape(spec.shape)
-        return step
-
-    return value
+from .plan import HostPart
+from .transfer import RaggedSteps, drop_padding_in_graph, ragged_placeholders
 
 
 def build_steps_loop(
@@ -59,9 +41,9 @@ def build_steps_loop(
 
     Args:
         part: Whose tensors the steps carry (`part.specs`, one step's shapes;
-            `part.ragged` ones arrive as `RaggedSteps`' two arrays).
+            `part.ragged` ones arrive as `RaggedSteps.feeds()`).
         padded: Each step comes with a padding mask: padded rows are dropped
-            before `call_step` sees them, as `drop_padding` drops them.
+            before `call_step` sees them, by `transfer.py`'s one rule.
         call_step: Called once, inside the loop's body, with one step's
             values; returns what must run for that step (tensors or ops).
         global_step: The graph's global step: set to each step's own before
@@ -79,10 +61,9 @@ def build_steps_loop(
         step_value: list[Callable[[tf.Tensor], tf.Tensor]] = []
         for spec, is_ragged in zip(part.specs, part.ragged, strict=True):
             if is_ragged:
-                flat = tf.compat.v1.placeholder(spec.dtype, [None])
-                shapes = tf.compat.v1.placeholder(tf.int32, [None, spec.shape.rank])
-                stacked += [flat, shapes]
-                step_value.append(_ragged_step(flat, shapes, spec))
+                placeholders, step = ragged_placeholders(spec)
+                stacked += placeholders
+                step_value.append(step)
             else:
                 stacked.append(tf.compat.v1.placeholder(spec.dtype, [None, *spec.shape]))
                 step_value.append(lambda index, v=stacked[-1]: tf.gather(v, index))
@@ -93,7 +74,7 @@ def build_steps_loop(
             values = [value(index) for value in step_value]
             if mask is not None:
                 keep = tf.gather(mask, index) > 0.5
-                values = [_without_padding(v, keep) for v in values]
+                values = [drop_padding_in_graph(v, keep, row) for v, row in zip(values, part.per_row, strict=True)]
             with tf.control_dependencies([global_step.assign(tf.gather(global_steps, index), read_value=False)]):
                 step_ops = tf.nest.flatten(call_step(values))
             with tf.control_dependencies(step_ops):
@@ -115,6 +96,6 @@ def steps_feeds(
     """
     flat: list = []
     for value in values:
-        flat += [value.flat, value.shapes] if isinstance(value, RaggedSteps) else [value]
+        flat += value.feeds() if isinstance(value, RaggedSteps) else [value]
     feeds = [np.asarray(indices, np.int32), np.asarray(global_steps, np.int64), *flat]
     return feeds + ([mask] if mask is not None else [])

@@ -13,9 +13,9 @@ padded to a static size) and are stacked over an execution's steps. On the
 CPU path (`use_tpu=False`) a step's tensors are whatever `model_fn` made, as
 TPUEstimator's CPU path passed them to the host function: a tensor whose
 static shape is not fully known (a partial last batch, a batch of the
-input's own size) travels *ragged*: its values flattened and concatenated
-over steps, and each step's shape; the host cuts the steps apart
-(`RaggedSteps`).
+input's own size) travels *ragged*, in the one transfer format of
+`transfer.py` (values, dims and rank, concatenated over steps), and the host
+cuts the steps apart (`RaggedSteps`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,18 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
 import tensorflow as tf
 
 from keras_tpu_estimator.contract import ModeKeys
 from keras_tpu_estimator.tf1 import SPEC as SUMMARY_SPEC
 from keras_tpu_estimator.utils import get_logger
+
+from .transfer import (
+    RaggedSteps,
+    drop_padding,  # noqa: F401  (its earlier home; the rule is transfer.py's)
+    ragged_encoding,
+    ragged_specs,
+)
 
 _log = get_logger(__name__)
 
@@ -63,42 +69,12 @@ def check_batch_major(name: str, tensors: Sequence[Any], keys: list[str] | None,
             )
 
 
-class RaggedSteps:
-    """An execution's values of one host tensor whose shape varies by step: `steps[i]` is step i's.
-
-    Args:
-        flat: Every step's values, flattened and concatenated (`[total]`).
-        shapes: Each step's shape (`[steps, rank]`).
-
-    Example:
-
-    ```python
-    steps = RaggedSteps(np.arange(10), np.array([[2, 3], [4, 1]]))
-    steps[1]          # array([[6], [7], [8], [9]])
-    ```
-    """
-
-    def __init__(self, flat: np.ndarray, shapes: np.ndarray):
-        self.flat, self.shapes = flat, shapes
-        sizes = np.prod(shapes, axis=1, dtype=np.int64) if shapes.ndim == 2 else np.ones(len(shapes), np.int64)
-        self._ends = np.cumsum(sizes)
-
-    def __len__(self) -> int:
-        return len(self.shapes)
-
-    def __getitem__(self, index: int) -> np.ndarray:
-        start = int(self._ends[index - 1]) if index else 0
-        return self.flat[start : int(self._ends[index])].reshape(self.shapes[index])
-
-
-def drop_padding(values: Sequence[np.ndarray], mask: np.ndarray) -> list[np.ndarray]:
-    """One step's values without its padded rows.
-
-    Per-row values (as many rows as `mask`) lose the rows whose mask is 0;
-    others (a `[1]` tensor) pass as they are.
-    """
-    keep = mask > 0.5
-    return [v[keep] if v.shape[:1] == keep.shape else v for v in values]
+def _per_row(tensor: Any, mask_rows: int | None) -> bool | None:
+    """Whether `tensor` has one row per padded batch row (None: its first dimension is not static)."""
+    if mask_rows is None or not tensor.shape.rank:
+        return False
+    rows = tensor.shape.as_list()[0]
+    return None if rows is None else rows == mask_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +88,8 @@ class HostPart:
         specs: `tf.TensorSpec` of each tensor as gathered for one step
             (concatenated over replicas; any row count when padded).
         per_row: For each tensor, whether it has one row per batch row (so
-            loses the padded rows), as far as the build's static shapes tell.
+            loses the padded rows: `transfer.drop_padding`), as the build's
+            static shapes tell; None where its first dimension is not static.
         ragged: For each tensor, whether it travels ragged (`RaggedSteps`).
 
     Example:
@@ -127,7 +104,7 @@ class HostPart:
     fn: Callable
     keys: tuple[str, ...] | None
     specs: tuple[tf.TensorSpec, ...]
-    per_row: tuple[bool, ...]
+    per_row: tuple[bool | None, ...]
     ragged: tuple[bool, ...]
 
     @property
@@ -199,13 +176,16 @@ class HostPlan:
 
     @classmethod
     def from_spec(
-        cls, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False, summaries: bool = False
+        cls, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False, summaries: bool = False,
+        mask_rows: int | None = None,
     ) -> HostPlan | None:
         """Checks `spec`'s host tensors; the plan, or None when nothing travels to the host.
 
         `ragged` (the CPU path: one replica, batches as the input made them):
         a tensor whose static shape is not fully known travels ragged, and
         scalars are allowed. `summaries`: each step also sends its TF1 summary.
+        `mask_rows`: a padded step's rows per replica (default: the first
+        tensor's first dimension).
         """
         pairs = [("host_call", getattr(spec, "host_call", None))]
         if mode == ModeKeys.EVAL:
@@ -226,12 +206,14 @@ class HostPlan:
         concat: list[bool] = []
         for t in tensors:
             if ragged and not t.shape.is_fully_defined():
-                specs += [tf.TensorSpec([None], t.dtype), tf.TensorSpec([t.shape.rank], tf.int32)]
-                concat += [True, False]
+                specs += ragged_specs(t.dtype)
+                concat += [True, True, True]
             else:
                 specs.append(tf.TensorSpec(t.shape, t.dtype))
                 concat.append(False)
-        mask_rows = tf.compat.dimension_value(specs[0].shape[0]) if padded else None
+        if padded and mask_rows is None:
+            mask_rows = tf.compat.dimension_value(specs[0].shape[0])
+        mask_rows = mask_rows if padded else None
         if summaries:
             specs.append(SUMMARY_SPEC)
             concat.append(False)
@@ -249,7 +231,7 @@ class HostPlan:
                 if shape:  # padded rows are dropped before the host sees them: any row count
                     shape[0] = None if padded or shape[0] is None else shape[0] * replicas
                 gathered.append(tf.TensorSpec(shape, t.dtype))
-            per_row = tuple(mask_rows is not None and bool(t.shape.rank) and t.shape.as_list()[0] == mask_rows for t in part_tensors)
+            per_row = tuple(_per_row(t, mask_rows) for t in part_tensors)
             is_ragged = tuple(ragged and not t.shape.is_fully_defined() for t in part_tensors)
             return HostPart(name, fn, None if keys is None else tuple(keys), tuple(gathered), per_row, is_ragged)
 
@@ -276,7 +258,7 @@ class HostPlan:
                     "Return the same kind of spec on every call."
                 )
             for tensor, ragged in zip(split_host_call(part.name, pair)[2], part.ragged, strict=True):
-                tensors += [tf.reshape(tensor, [-1]), tf.shape(tensor)] if ragged else [tensor]
+                tensors += ragged_encoding(tensor) if ragged else [tensor]
         if self.summaries:
             tensors.append(tf.constant([""]) if summary is None else summary)
         return tensors + ([mask] if mask is not None and self.padded else [])
@@ -284,7 +266,7 @@ class HostPlan:
     def split(self, values: Sequence[Any]) -> HostValues:
         """Takes an execution's values (stacked over steps) apart (the host side).
 
-        A ragged tensor's pair of arrays becomes one `RaggedSteps`; either way
+        A ragged tensor's three arrays become one `RaggedSteps`; either way
         `value[i]` is step i's.
         """
         arrays = iter(values)
@@ -292,7 +274,9 @@ class HostPlan:
         def take(part: HostPart | None) -> list:
             if part is None:
                 return []
-            return [RaggedSteps(next(arrays), next(arrays)) if ragged else next(arrays) for ragged in part.ragged]
+            return [
+                RaggedSteps(next(arrays), next(arrays), next(arrays)) if ragged else next(arrays) for ragged in part.ragged
+            ]
 
         host_call, metrics = take(self.host_call), take(self.eval_metrics)
         if self.summaries:

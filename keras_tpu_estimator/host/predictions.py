@@ -8,9 +8,13 @@ Two forms, chosen per build by `PredictionPlan.at_build`:
 - *As is* (the CPU path, `use_tpu=False`): `model_fn` sees each batch's real
   rows, as TPUEstimator's CPU path ran it, so a prediction that depends on
   the whole batch (a batch mean, the row count) is the original's. Each step
-  sends every prediction flattened, with its shape; the host cuts the
-  execution's values back into steps. Any shapes travel, as they did on the
-  original's CPU path (`yield_single_examples=False` yields them unchanged).
+  sends every prediction in the ragged transfer format (`transfer.py`: values,
+  dims, rank); the host cuts the execution's values back into steps. Any
+  shapes travel, as they did on the original's CPU path
+  (`yield_single_examples=False` yields them unchanged).
+
+Padded rows are dropped by the transfer format's one rule (`transfer.drop_padding`):
+every prediction is batch-major there, so each keeps its real rows.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from .transfer import RaggedSteps, drop_padding, ragged_encoding, ragged_specs
 
 
 def _check_types(predictions: Any) -> list[tuple[str, Any]]:
@@ -158,19 +164,13 @@ class PredictionPlan:
         """The device loop's per-step output specs (concatenated along the first axis)."""
         if self.padded:
             return self.specs, mask_spec
-        flat = tf.nest.map_structure(lambda s: tf.TensorSpec([None], s.dtype), self.specs)
-        shapes = tf.nest.map_structure(lambda s: tf.TensorSpec([None], tf.int32), self.specs)
-        ranks = tf.nest.map_structure(lambda s: tf.TensorSpec([1], tf.int32), self.specs)
-        return flat, shapes, ranks
+        return _ragged_parts(self.specs, [ragged_specs(s.dtype) for s in tf.nest.flatten(self.specs)])
 
     def device_outputs(self, predictions: Any, mask: tf.Tensor | None) -> tuple:
         """One step's outputs: predictions and mask, or each prediction flattened, its shape and rank."""
         if self.padded:
             return predictions, mask
-        flat = tf.nest.map_structure(lambda t: tf.reshape(t, [-1]), predictions)
-        shapes = tf.nest.map_structure(lambda t: tf.shape(t, out_type=tf.int32), predictions)
-        ranks = tf.nest.map_structure(lambda t: tf.reshape(tf.rank(t), [1]), predictions)
-        return flat, shapes, ranks
+        return _ragged_parts(predictions, [ragged_encoding(t) for t in tf.nest.flatten(predictions)])
 
     def steps(self, outputs: Any, count: int, rows: int, first: int = 0) -> list:
         """An execution of `count` steps (NumPy outputs) cut into its steps' predictions, from step `first`.
@@ -179,9 +179,8 @@ class PredictionPlan:
         """
         if self.padded:
             predictions, mask = outputs
-            keep = mask > 0.5
-            return [_real_rows(predictions, keep, slice(i * rows, (i + 1) * rows)) for i in range(first, count)]
-        leaves = [[_step_value(values[a:b], shape) for a, b, shape in cuts[first:]] for values, cuts in _leaf_cuts(outputs, count)]
+            return [_real_rows(predictions, mask, slice(i * rows, (i + 1) * rows)) for i in range(first, count)]
+        leaves = [[_step_value(steps[i], steps.shapes[i]) for i in range(first, len(steps))] for steps in _cut(outputs, count)]
         if not leaves:  # no predictions at all: an empty structure per step
             return [tf.nest.pack_sequence_as(self.specs, [])] * (count - first)
         return [tf.nest.pack_sequence_as(self.specs, list(step)) for step in zip(*leaves, strict=True)]
@@ -190,9 +189,9 @@ class PredictionPlan:
         """An execution of `count` steps (NumPy outputs) as one batch: its steps' real rows, concatenated."""
         if self.padded:
             predictions, mask = outputs
-            return _real_rows(predictions, mask > 0.5, slice(None))
-        cuts = dict(zip(_names(self.specs), _leaf_cuts(outputs, count), strict=True))
-        shapes = {name: [shape for _, _, shape in steps] for name, (_, steps) in cuts.items()}
+            return _real_rows(predictions, mask, slice(None))
+        cuts = dict(zip(_names(self.specs), _cut(outputs, count), strict=True))
+        shapes = {name: steps.shapes for name, steps in cuts.items()}
         lengths = None
         for name in _names(self.specs, sort=False):  # the dict's own order, as the original checked it
             if any(len(shape) == 0 for shape in shapes[name]):
@@ -209,7 +208,7 @@ class PredictionPlan:
                 )
             _check_joinable(name, shapes[name])
         leaves = [
-            values.reshape([sum(lengths), *shapes[name][0][1:]]) for name, (values, _) in cuts.items()
+            steps.values.reshape([sum(lengths), *shapes[name][0][1:]]) for name, steps in cuts.items()
         ]
         return tf.nest.pack_sequence_as(self.specs, leaves)
 
@@ -233,22 +232,19 @@ class PredictionPlan:
         )
 
 
-def _leaf_cuts(outputs: Any, count: int) -> list[tuple[np.ndarray, list[tuple[int, int, tuple]]]]:
-    """Per prediction: its concatenated values and each step's `(start, end, shape)` in them."""
-    flat, shapes, ranks = (tf.nest.flatten(part) for part in outputs)
-    result = []
-    for values, dims, rank in zip(flat, shapes, ranks, strict=True):
-        ends = np.cumsum(rank)
-        step_shapes = [tuple(int(d) for d in dims[end - r : end]) for r, end in zip(rank, ends, strict=True)]
-        sizes = np.cumsum([int(np.prod(shape, dtype=np.int64)) for shape in step_shapes])
-        starts = [0, *sizes[:-1]]
-        result.append((values, list(zip(starts, sizes, step_shapes, strict=True))[:count]))
-    return result
+def _ragged_parts(structure: Any, encoded: list[list]) -> tuple:
+    """`(values, dims, ranks)`, each shaped as `structure`, from each leaf's three ragged parts."""
+    return tuple(tf.nest.pack_sequence_as(structure, [parts[i] for parts in encoded]) for i in range(3))
 
 
-def _step_value(values: np.ndarray, shape: tuple) -> Any:
-    """One step's prediction from its flat values; a scalar as NumPy scalar (or bytes), as session.run returned it."""
-    value = values.reshape(shape)
+def _cut(outputs: Any, count: int) -> list[RaggedSteps]:
+    """Per prediction: the execution's ragged outputs cut into its first `count` steps."""
+    values, dims, ranks = (tf.nest.flatten(part) for part in outputs)
+    return [RaggedSteps(v, d, r, count) for v, d, r in zip(values, dims, ranks, strict=True)]
+
+
+def _step_value(value: np.ndarray, shape: tuple) -> Any:
+    """One step's prediction; a scalar as NumPy scalar (or bytes), as session.run returned it."""
     return value[()] if not shape else value
 
 
@@ -268,9 +264,7 @@ def _names(specs: Any, sort: bool = True) -> list[str]:
     return [str(key) for key in (sorted(specs) if sort else specs)]
 
 
-def _real_rows(predictions: Any, keep: np.ndarray, rows: slice) -> Any:
-    """The rows `rows` of every prediction, without the padded ones (`keep` False)."""
-    keep = keep[rows]
-    if keep.all():
-        return tf.nest.map_structure(lambda t: t[rows], predictions)
-    return tf.nest.map_structure(lambda t: t[rows][keep], predictions)
+def _real_rows(predictions: Any, mask: np.ndarray, rows: slice) -> Any:
+    """The rows `rows` of every prediction without the padded ones (all are batch-major: per-row)."""
+    leaves = [leaf[rows] for leaf in tf.nest.flatten(predictions)]
+    return tf.nest.pack_sequence_as(predictions, drop_padding(leaves, mask[rows], [True] * len(leaves)))

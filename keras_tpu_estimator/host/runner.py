@@ -33,7 +33,8 @@ from keras_tpu_estimator.utils import get_logger
 
 from .gather import GatheredSteps
 from .loop import build_steps_loop, steps_feeds
-from .plan import HostPart, HostPlan, drop_padding
+from .plan import HostPart, HostPlan
+from .transfer import drop_padding
 
 _log = get_logger(__name__)
 
@@ -369,7 +370,7 @@ class HostMetrics:
         """Adds an execution's steps: `values` stacked `[steps, ...]`, `mask` `[steps, rows]`, their global steps."""
         def step(index: int) -> list:
             step_values = [v[index] for v in values]
-            return step_values if mask is None else drop_padding(step_values, mask[index])
+            return step_values if mask is None else drop_padding(step_values, mask[index], self.part.per_row)
 
         if steps <= 0:
             return
@@ -457,14 +458,16 @@ class HostRunner:
         self.tf1_summaries = TF1Summaries()  # model_fn's tf.compat.v1.summary.* in TRAIN
 
     def record(
-        self, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False, summaries: bool = False
+        self, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False, summaries: bool = False,
+        mask_rows: int | None = None,
     ) -> HostPlan | None:
         """Makes `mode`'s plan at build (`HostPlan.from_spec`) and builds its host functions.
 
         `summaries`: TRAIN steps send their TF1 summaries (`tf1/summaries.py`).
+        `mask_rows`: a padded step's rows per replica.
         Returns the plan (its `specs` are the loop's `host_spec`), or None when nothing is sent.
         """
-        plan = HostPlan.from_spec(mode, spec, replicas, padded, ragged, summaries)
+        plan = HostPlan.from_spec(mode, spec, replicas, padded, ragged, summaries, mask_rows)
         if summaries:
             self.tf1_summaries.schedule  # noqa: B018  (made before the step is traced)
         self._plans[mode] = plan
@@ -566,7 +569,7 @@ class HostRunner:
             else:
                 for index in chosen:
                     step = [v[index] for v in values.host_call]
-                    step = step if values.mask is None else drop_padding(step, values.mask[index])
+                    step = step if values.mask is None else drop_padding(step, values.mask[index], plan.host_call.per_row)
                     host_call(step, global_steps[index])
         if plan.eval_metrics is not None and self.metrics is not None:
             self.metrics.update_steps(values.eval_metrics, values.mask, steps, global_steps)
