@@ -12,6 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL=2
 .venv-tf2.20/bin/python -c "import tensorflow as tf, keras; print('TensorFlow', tf.__version__, 'Keras', keras.__version__)"
 .venv-tf2.20/bin/python -m pytest -q -m "not slow and not multiworker and not install" -k "not mirrored4 or test_loop" \
   tests/engine/test_loop.py tests/facade/test_estimator.py tests/host/test_host_functions.py \
+  tests/host/test_runner.py tests/host/test_global_step.py \
   tests/inputs/test_padding.py tests/export/test_saved_model.py tests/export/test_export_v2.py \
   tests/distribute/test_fake_tpu.py tests/parity/test_original_parity.py \
   tests/parity/test_original_api.py tests/migration/test_namespace.py \
