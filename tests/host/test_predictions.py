@@ -1,7 +1,7 @@
 """Predictions on the CPU path (`use_tpu=False`): each batch as it is, as TPUEstimator's CPU path ran it.
 
-The strategy path's padded predictions are tested in `test_padding.py`; the original's numbers
-for a batch-dependent prediction are pinned in `test_original_parity.py`.
+The strategy path's padded predictions are tested in `tests/inputs/test_padding.py`; the original's numbers
+for a batch-dependent prediction are pinned in `tests/parity/test_original_parity.py`.
 """
 
 import numpy as np
