@@ -15,7 +15,7 @@ The saved outputs are what a reader sees, less what only tells which machine ran
   `<tmp>` and `~`;
 - the per-cell execution timestamps.
 
-Whatever is dropped is printed here. Anything else stays, and `tests/test_notebook.py`
+Whatever is dropped is printed here. Anything else stays, and `tests/package/test_notebook.py`
 fails on stored outputs that hold a machine path, a warning or a stderr stream.
 """
 

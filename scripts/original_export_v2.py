@@ -4,7 +4,7 @@ Needs TensorFlow 2.15 with tensorflow-estimator 2.15 (never a project dependency
 
     /root/.cache/tpu-estimator-2.15/bin/python scripts/original_export_v2.py
 
-Trains the tiny model of `tests/test_export_v2.py` (one `get_variable` matmul)
+Trains the tiny model of `tests/export/test_export_v2.py` (one `get_variable` matmul)
 for one step with `TPUEstimator(use_tpu=False)` on CPU, exports it, and prints
 as JSON, per export: the type of the returned path for a `str` and a `bytes`
 `export_dir_base`, and per MetaGraph (by tag set): the signature keys and
@@ -13,7 +13,7 @@ library (function names without their generated suffix), the names of the
 batching ops and of the variables. The plain `Estimator` case exports with
 `export_estimator_savedmodel`. Last, the error (if any) of a V2 export whose
 TPU program returns a feature as a prediction.
-`tests/test_export_v2.py` pins some of these facts as constants.
+`tests/export/test_export_v2.py` pins some of these facts as constants.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tensorflow_estimator.python.estimator import estimator as estimator_lib  # 
 from tensorflow_estimator.python.estimator.export import export_lib  # noqa: E402
 from tensorflow_estimator.python.estimator.tpu import tpu_config, tpu_estimator  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
 from saved_model_facts import describe  # noqa: E402
 
 BATCH_CONFIG = tpu_estimator.BatchConfig(
@@ -41,7 +41,7 @@ BATCH_CONFIG = tpu_estimator.BatchConfig(
 
 
 def tower(features, labels, mode, params):
-    """y = x @ w + b with TF1 variables; the model of tests/test_export_v2.py."""
+    """y = x @ w + b with TF1 variables; the model of tests/export/test_export_v2.py."""
     w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.constant_initializer(0.5))
     b = tf.compat.v1.get_variable("b", [1], initializer=tf.compat.v1.zeros_initializer())
     y = tf.matmul(features["x"], w) + b

@@ -10,5 +10,5 @@ bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/python -m pytest -q -m "not multiworker and not install" "$@"
 .venv/bin/python -m pytest -q -m multiworker
-.venv/bin/python -m pytest -q -m install tests/test_install.py
+.venv/bin/python -m pytest -q -m install tests/package/test_install.py
 bash scripts/test_oldest_tf.sh

@@ -11,8 +11,11 @@ VENV=.venv-tf2.20 TF_PIN="tensorflow-cpu==2.20.* keras==3.11.*" bash scripts/set
 export TF_CPP_MIN_LOG_LEVEL=2
 .venv-tf2.20/bin/python -c "import tensorflow as tf, keras; print('TensorFlow', tf.__version__, 'Keras', keras.__version__)"
 .venv-tf2.20/bin/python -m pytest -q -m "not slow and not multiworker and not install" -k "not mirrored4 or test_loop" \
-  tests/test_loop.py tests/test_estimator.py tests/test_host.py tests/test_padding.py \
-  tests/test_export.py tests/test_export_v2.py tests/test_tpu.py tests/test_original_parity.py \
-  tests/test_original_api.py tests/test_namespace.py tests/test_session_hooks.py tests/test_install.py \
-  tests/test_keras_face.py tests/test_keras_methods.py tests/test_model_dir.py tests/test_model_dir_lock.py \
-  tests/test_migration.py
+  tests/engine/test_loop.py tests/facade/test_estimator.py tests/host/test_host_functions.py \
+  tests/host/test_runner.py tests/host/test_global_step.py \
+  tests/inputs/test_padding.py tests/export/test_saved_model.py tests/export/test_export_v2.py \
+  tests/distribute/test_fake_tpu.py tests/parity/test_original_parity.py \
+  tests/parity/test_original_api.py tests/migration/test_namespace.py \
+  tests/callbacks/test_session_hooks.py tests/package/test_install.py tests/model/test_keras_face.py \
+  tests/model/test_keras_methods.py tests/model_dir/test_contents.py tests/model_dir/test_lock.py \
+  tests/migration/test_migration.py

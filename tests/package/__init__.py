@@ -1,0 +1,1 @@
+"""The package as shipped: installation, the wings' layering, the bundled example, the notebook."""
