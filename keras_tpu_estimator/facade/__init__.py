@@ -41,7 +41,7 @@ from .exporters import (
 from .tpu_estimator import (
     TPUEstimator,
 )
-from .train_and_evaluate import (
+from .training import (
     EvalSpec,
     TrainSpec,
     train_and_evaluate,

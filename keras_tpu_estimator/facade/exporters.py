@@ -1,6 +1,6 @@
 """`tf.estimator.Exporter` and its three flavours: what `EvalSpec(exporters=...)` runs after each evaluation.
 
-`train_and_evaluate` (facade/train_and_evaluate.py) calls
+`train_and_evaluate` (facade/training.py) calls
 `exporter.export(estimator, model_dir/export/<name>, checkpoint_path,
 eval_result, is_the_final_export)` after every evaluation. The exporters
 here write through `estimator.export_saved_model` (a SavedModel under

@@ -58,7 +58,7 @@ MODULE_PATHS = {
     "tpu.tpu_context": "keras_tpu_estimator.distribute.strategy",
     "tpu.util": "keras_tpu_estimator.contract.config",
     "exporter": "keras_tpu_estimator.facade.exporters",
-    "training": "keras_tpu_estimator.facade.train_and_evaluate",
+    "training": "keras_tpu_estimator.facade.training",
     "early_stopping": "keras_tpu_estimator.facade.early_stopping",
     "hooks.hooks": "keras_tpu_estimator.facade.early_stopping",  # InMemoryEvaluatorHook
 }

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 _INSTALLED = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
 _FRAMEWORK_DIRS = (
-    os.path.dirname(__file__) + os.sep,  # this library
+    os.path.dirname(os.path.dirname(__file__)) + os.sep,  # this library (utils/ is one of its wings)
     os.path.dirname(tf.__file__) + os.sep,
     sysconfig.get_paths()["stdlib"] + os.sep,
     "<frozen",

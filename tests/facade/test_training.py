@@ -1,4 +1,4 @@
-"""`train_and_evaluate`, `TrainSpec` and `EvalSpec` (facade/train_and_evaluate.py) behave as the original's.
+"""`train_and_evaluate`, `TrainSpec` and `EvalSpec` (facade/training.py) behave as the original's.
 
 The cases of `tests/fixtures/training_cases.py` run here on `keras_tpu_estimator.estimator`
 and are compared with what the original (TF 2.15) gave for the same code
@@ -228,7 +228,7 @@ def test_the_module_paths_programs_import_are_this_librarys():
     check = """
 import keras_tpu_estimator as kte
 from keras_tpu_estimator.facade import early_stopping
-from keras_tpu_estimator.facade import train_and_evaluate as training
+from keras_tpu_estimator.facade import training
 kte.install()
 import tensorflow as tf
 from tensorflow_estimator.python.estimator import early_stopping as imported_early_stopping

@@ -2,7 +2,7 @@
 
 Docstrings are read with `ast` from the source (modules, classes, functions, methods, private
 ones too). Each block runs as its own test in a fresh namespace: its module's globals, `os`, `tf`,
-`keras`, `np`, `kte`, and the names of the toy world (tests/docstring_world.py) it uses.
+`keras`, `np`, `kte`, and the names of the toy world (tests/fixtures/docstring_world.py) it uses.
 Running without error is the check; examples assert the values they claim.
 """
 
@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
-from tests.docstring_world import world
+from tests.fixtures.docstring_world import world
 
 PACKAGE = pathlib.Path(kte.__file__).parent
 _FENCE = re.compile(r"^```(\w*)$")
@@ -99,9 +99,9 @@ NOT_YET_RUNNABLE = {
     "keras_tpu_estimator.facade.calls:plain_model_fn:0",
     "keras_tpu_estimator.facade.estimator:<module>:0",
     "keras_tpu_estimator.facade.estimator:Estimator:0",
-    "keras_tpu_estimator.facade.train_and_evaluate:<module>:0",
-    "keras_tpu_estimator.facade.train_and_evaluate:EvalSpec:0",
-    "keras_tpu_estimator.facade.train_and_evaluate:train_and_evaluate:0",
+    "keras_tpu_estimator.facade.training:<module>:0",
+    "keras_tpu_estimator.facade.training:EvalSpec:0",
+    "keras_tpu_estimator.facade.training:train_and_evaluate:0",
     "keras_tpu_estimator.host.gather:<module>:0",
     "keras_tpu_estimator.host.loop:<module>:0",
     "keras_tpu_estimator.host.plan:HostPart:0",
