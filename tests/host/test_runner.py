@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from keras_tpu_estimator.host import plan as kte_host_plan
 from keras_tpu_estimator.host import runner as kte_host
+from keras_tpu_estimator.host import transfer as kte_transfer
 
 Spec = collections.namedtuple("Spec", ["host_call", "eval_metrics"], defaults=(None, None))
 ROWS, REPLICAS = 8, 2  # per replica; a step gathers 16 rows
@@ -321,7 +322,7 @@ def test_host_call_runs_in_one_session_call_per_execution_step_by_step(session_c
     # Each chosen step, in order, as a call per step sees it: padded rows dropped, [1]-per-replica kept.
     steps = [(e, i) for e in arrays for i in range(len(e[0]))]
     # Chosen by the step's index within its execution (2, 5, 3, 4 steps; n=3: 1 + 2 + 1 + 2).
-    expected = [kte_host_plan.drop_padding([v[i] for v in e[:5]], e[5][i]) for e, i in steps if i % every_n_steps == 0]
+    expected = [kte_transfer.drop_padding([v[i] for v in e[:5]], e[5][i]) for e, i in steps if i % every_n_steps == 0]
     assert len(seen) == len(expected) == (14 if every_n_steps == 1 else 6)
     for got, want in zip(seen, expected, strict=True):
         for g, w in zip(got, want, strict=True):
@@ -345,7 +346,7 @@ def test_a_host_call_that_creates_variables_runs_once_per_step(session_calls):
         runner.drain()
         assert session_calls == ["run"] * 4
         count = host_call.evaluate(host_call.variables[0][0])
-    kept = [kte_host_plan.drop_padding([e[0][i]], e[5][i])[0] for e in arrays for i in range(len(e[0]))]
+    kept = [kte_transfer.drop_padding([e[0][i]], e[5][i])[0] for e in arrays for i in range(len(e[0]))]
     assert count == sum(int(k.sum()) for k in kept)
 
 
@@ -412,7 +413,7 @@ def test_a_host_plan_writes_the_transfer_order_for_both_sides():
     np.testing.assert_array_equal(values[3], mask)
     host_call, metrics, got_mask = plan.split([v.numpy() for v in values])
     assert [len(host_call), len(metrics), got_mask.shape] == [2, 1, (5,)]
-    kept = kte_host_plan.drop_padding(host_call + metrics, got_mask)
+    kept = kte_transfer.drop_padding(host_call + metrics, got_mask)
     np.testing.assert_array_equal(kept[0], [7, 8, 9])
     np.testing.assert_array_equal(kept[1], [0.5])  # not one value per row: kept whole
     with pytest.raises(ValueError, match="eval_metrics when the model was built but None now"):
@@ -421,13 +422,14 @@ def test_a_host_plan_writes_the_transfer_order_for_both_sides():
 
 
 def test_a_ragged_host_plan_sends_each_steps_own_shapes():
-    """The CPU path: a tensor of unknown static shape travels flat with its shape; scalars are allowed."""
+    """The CPU path: a tensor of unknown static shape travels ragged (values, dims, rank); scalars are allowed."""
     spec = Spec(host_call=(lambda ids, total, pairs: None,
                            [tf.TensorSpec([None], tf.int64), tf.TensorSpec([], tf.float32),
                             tf.TensorSpec([2, None], tf.float32)]))
     plan = kte_host_plan.HostPlan.from_spec("train", spec, replicas=1, padded=False, ragged=True)
-    assert [s.shape.as_list() for s in plan.specs] == [[None], [1], [], [None], [2]]
-    assert plan.concat == (True, False, False, True, False)
+    # The one transfer format (host/transfer.py): values, dims and rank, each concatenated over steps.
+    assert [s.shape.as_list() for s in plan.specs] == [[None], [None], [1], [], [None], [None], [1]]
+    assert plan.concat == (True, True, True, False, True, True, True)
     assert plan.host_call.ragged == (True, False, True) and not plan.padded
 
     steps = [  # two steps of different batch sizes, as a partial last batch makes
@@ -436,7 +438,7 @@ def test_a_ragged_host_plan_sends_each_steps_own_shapes():
     ]
     sent = [[v.numpy() for v in plan.device_values(Spec(host_call=(None, list(map(tf.constant, s)))), None)]
             for s in steps]
-    # What the device loop hands over: flat values concatenated, everything else stacked.
+    # What the device loop hands over: the ragged parts concatenated, everything else stacked.
     arrays = [np.concatenate(parts) if joined else np.stack(parts)
               for parts, joined in zip(zip(*sent, strict=True), plan.concat, strict=True)]
     host_call, metrics, mask = plan.split(arrays)
