@@ -18,7 +18,8 @@ The CPU path (`use_tpu=False`) never comes here.
 Example:
 
 ```python
-dataset = deploy_input(call, config, "train", plan, input_context, pad=False, num_replicas=4)
+deployment = input_deployment(config, "train")   # PER_HOST_V1 unless the config says otherwise
+dataset = deploy_input(call, deployment, plan, input_context, pad=False, num_replicas=4)
 ```
 """
 
@@ -35,19 +36,19 @@ from .batch_plan import BatchPlan
 from .padding import pad_batches
 
 InputCall = Callable[[Any, "int | None"], tf.data.Dataset]
-"""Calls `input_fn` with an `InputContext` (or None) and `params['batch_size']`; returns its dataset."""
+"""Calls `input_fn` with an `InputContext` (or None) and `params['batch_size']` (`InputFnCall`)."""
 
 
 def deploy_input(
-    call: InputCall, config: Any, mode: str, plan: BatchPlan, input_context: Any, pad: bool, num_replicas: int
+    call: InputCall, deployment: int, plan: BatchPlan, input_context: Any, pad: bool, num_replicas: int
 ) -> tf.data.Dataset:
     """One input pipeline's per-replica elements, in replica order, as TPUEstimator deployed `input_fn`.
 
+    `deployment`: the call's `InputPipelineConfig` value (`input_deployment`).
     `pad`: EVAL / PREDICT batches are padded (to the batch the call was
     given) before any split, so each replica gets a full, masked batch.
     """
     k = plan.replicas_per_pipeline(input_context)
-    deployment = input_deployment(config, mode)
     per_replica = plan.per_replica
     if deployment == InputPipelineConfig.PER_SHARD_V1 and k > 1:
         pipeline = input_context.input_pipeline_id if input_context is not None else 0

@@ -9,6 +9,7 @@ Batch arithmetic comes from `inputs/batch_plan.py`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import tensorflow as tf
@@ -232,3 +233,39 @@ def check_batch_rows(static: int | None, expected: int, partial: bool, source: s
         f"{expected}" + (" (the real batch size should not be greater than batch_size)" if partial else "")
         + ". Batch with params['batch_size']."
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFnCall:
+    """How one call of a model calls its `input_fn`: `call(input_context, batch_size)` returns the dataset.
+
+    Each call gets a fresh copy of the user's params with this call's batch
+    (`RunPath.params`: `batch_size`, and `context` on the strategy path), and
+    on the strategy path the dataset's static batch is checked against it.
+
+    Attributes:
+        input_fn: The user's `input_fn`.
+        mode: A `ModeKeys` value.
+        path: The model's `RunPath`.
+        config: `RunConfig`.
+        params: The user's params.
+        batch: The call's `BatchPlan`.
+    """
+
+    input_fn: Any
+    mode: str
+    path: Any
+    config: Any
+    params: dict
+    batch: Any
+
+    def __call__(self, input_context: Any, batch_size: int | None) -> tf.data.Dataset:
+        plan, path = self.batch, self.path
+        params = path.params(self.params, self.mode, plan.global_size, plan.per_replica, input_context, for_input_fn=True)
+        if batch_size is not None:
+            params["batch_size"] = batch_size
+        dataset = call_input_fn(self.input_fn, self.mode, params, self.config, input_context, path.strategy_path)
+        if path.needs_static_batch:
+            partial = self.mode != ModeKeys.TRAIN
+            check_batch_rows(static_batch_size(dataset.element_spec), batch_size, partial, "input_fn")
+        return dataset

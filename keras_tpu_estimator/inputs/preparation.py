@@ -36,10 +36,10 @@ from keras_tpu_estimator.contract import ModeKeys
 from keras_tpu_estimator.distribute import RunPath
 
 from .batch_plan import BatchPlan
-from .deployment import deploy_input
+from .deployment import deploy_input, input_deployment
 from .input_fn import (
+    InputFnCall,
     array_dataset,
-    call_input_fn,
     check_batch_rows,
     per_replica_spec,
     static_batch_size,
@@ -151,22 +151,15 @@ def prepare_input(
     # On the CPU path params['batch_size'] is advice, as in the original: without a
     # batch size it is missing, and input_fn may batch as it likes.
     plan = BatchPlan(mode, global_batch, path.num_replicas)
+    call = InputFnCall(x, mode, path, config, params, plan)
+    deployment = input_deployment(config, mode) if path.strategy_path else None
     specs, counts = [], []
-
-    def call(input_context: Any, batch: int | None) -> tf.data.Dataset:
-        call_params = path.params(params, mode, plan.global_size, plan.per_replica, input_context, for_input_fn=True)
-        if batch is not None:
-            call_params["batch_size"] = batch
-        dataset = call_input_fn(x, mode, call_params, config, input_context, path.strategy_path)
-        if path.needs_static_batch:
-            check_batch_rows(static_batch_size(dataset.element_spec), batch, partial, "input_fn")
-        return dataset
 
     def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:
         if not path.strategy_path:
             dataset = call(input_context, plan.per_replica)
         else:  # the original's deployment (deployment.py): batch, calls, and split over replicas
-            dataset = deploy_input(call, config, mode, plan, input_context, pad, path.num_replicas)
+            dataset = deploy_input(call, deployment, plan, input_context, pad, path.num_replicas)
         specs.append(dataset.element_spec)
         counts.append(elements(dataset))
         return dataset
