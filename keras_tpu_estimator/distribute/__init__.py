@@ -18,7 +18,6 @@ from .run_path import (
 from .strategy import (
     TPUContext,
     any_worker,
-    cpu_path_replicas,
     is_chief,
     num_workers,
     per_replica_batch_size,
@@ -33,7 +32,6 @@ __all__ = [
     "RunPath",
     "TPUContext",
     "any_worker",
-    "cpu_path_replicas",
     "is_chief",
     "num_workers",
     "per_replica_batch_size",

@@ -28,7 +28,7 @@ import tensorflow as tf
 from keras_tpu_estimator import _compat
 from keras_tpu_estimator.contract import ModeKeys, check_supported
 
-from .strategy import TPUContext, cpu_path_replicas, num_workers, resolve_strategy
+from .strategy import TPUContext, num_workers, resolve_strategy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +154,29 @@ class RunPath:
         return mode == ModeKeys.TRAIN and not self.on_tpu
 
     def cpu_replicas(self, mode: str) -> int:
-        """Replicas the CPU path runs in `mode`, each taking whole batches; 0 on the strategy path."""
-        return cpu_path_replicas(self.strategy, self.strategy_path, mode)
+        """Replicas the CPU path runs in `mode`; 0 on the strategy path.
+
+        On a strategy (`RunConfig(train_distribute=...)`) each replica takes whole
+        batches of the input in turn, as the Estimator's `make_input_fn_iterator`
+        fed them. The Estimator never predicted on a strategy: PREDICT ("infer")
+        with several replicas is refused.
+
+        Example:
+
+        >>> RunPath.decide(False, None, kte.RunConfig()).cpu_replicas("train")
+        1
+        """
+        if self.strategy_path:
+            return 0
+        replicas = self.strategy.num_replicas_in_sync
+        if mode == "infer" and replicas > 1:
+            raise ValueError(
+                f"Prediction on the CPU path (use_tpu=False) runs on one replica, as Estimator.predict "
+                f"did, but this model's strategy has {replicas}. Predict with a model made without the "
+                "strategy (TPUEstimator/Estimator.predict do), or pass use_tpu=True to predict on the "
+                "strategy path."
+            )
+        return replicas
 
     def params(
         self, base: dict, mode: str, global_batch: int | None, per_replica: int | None,

@@ -212,32 +212,6 @@ def use_cpu_replicas(count: int) -> tf.distribute.Strategy:
     return _RESOLVED["local"]
 
 
-def cpu_path_replicas(strategy: tf.distribute.Strategy, use_tpu: bool, mode: str) -> int:
-    """Replicas the CPU path (`use_tpu=False`) runs in `mode`; 0 on the strategy path.
-
-    On a strategy (`RunConfig(train_distribute=...)`) each replica takes whole
-    batches of the input in turn, as the Estimator's `make_input_fn_iterator`
-    fed them. The Estimator never predicted on a strategy: PREDICT ("infer")
-    with several replicas is refused.
-
-    Example:
-
-    >>> cpu_path_replicas(tf.distribute.get_strategy(), False, "train")
-    1
-    """
-    if use_tpu:
-        return 0
-    replicas = strategy.num_replicas_in_sync
-    if mode == "infer" and replicas > 1:
-        raise ValueError(
-            f"Prediction on the CPU path (use_tpu=False) runs on one replica, as Estimator.predict "
-            f"did, but this model's strategy has {replicas}. Predict with a model made without the "
-            "strategy (TPUEstimator/Estimator.predict do), or pass use_tpu=True to predict on the "
-            "strategy path."
-        )
-    return replicas
-
-
 def per_replica_batch_size(global_batch_size: int, num_replicas: int, name: str) -> int:
     """`global_batch_size / num_replicas`, or a ValueError naming `name` and the fix.
 
