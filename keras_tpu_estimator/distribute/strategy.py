@@ -333,7 +333,7 @@ class TPUContext:
     def device_for_replica(self, replica_id: int) -> tuple[str, int]:
         """`(host CPU device, device ordinal on that host)` of replica `replica_id`.
 
-        Example:
+        Example (`ctx` is `params['context']` in an `input_fn`):
 
         >>> ctx.device_for_replica(3)  # MirroredStrategy over 4 logical CPUs
         ('/job:localhost/replica:0/task:0/device:CPU:0', 3)

@@ -75,7 +75,7 @@ def split_to_replicas(dataset: tf.data.Dataset, replicas: int) -> tf.data.Datase
 
     Example:
 
-    >>> [list(e.numpy()) for e in split_to_replicas(tf.data.Dataset.range(8).batch(4), 2)]
+    >>> [e.numpy().tolist() for e in split_to_replicas(tf.data.Dataset.range(8).batch(4), 2)]
     [[0, 1], [2, 3], [4, 5], [6, 7]]
     """
     if replicas == 1:
