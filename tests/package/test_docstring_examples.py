@@ -78,16 +78,6 @@ NOT_YET_RUNNABLE = {
     "keras_tpu_estimator.host.runner:HostFunction:0",
     "keras_tpu_estimator.host.runner:HostMetrics:0",
     "keras_tpu_estimator.host.runner:HostRunner:0",
-    "keras_tpu_estimator.inputs.batch_plan:<module>:0",
-    "keras_tpu_estimator.inputs.deployment:<module>:0",
-    "keras_tpu_estimator.migration.install:<module>:0",
-    "keras_tpu_estimator.migration.install:install:0",
-    "keras_tpu_estimator.model_dir.checkpoints:DamagedCheckpointError:0",
-    "keras_tpu_estimator.model_dir.lock:<module>:0",
-    "keras_tpu_estimator.model_dir.lock:ModelDirLock.release:0",
-    "keras_tpu_estimator.model_dir.lock:ModelDirLock:0",
-    "keras_tpu_estimator.model_dir.lock:ModelDirLockedError:0",
-    "keras_tpu_estimator.model_dir:<module>:0",
     "keras_tpu_estimator.tf1.cross_replica:replica_mean:0",
     "keras_tpu_estimator.tf1.cross_replica:synchronized_gradients:0",
     "keras_tpu_estimator.tf1.fetches:always_increments:0",
@@ -109,11 +99,6 @@ NOT_YET_RUNNABLE = {
     "keras_tpu_estimator.tf1.summaries:<module>:0",
     "keras_tpu_estimator.tf1.summaries:TF1Summaries:0",
     "keras_tpu_estimator.tf1:<module>:0",
-    "keras_tpu_estimator.utils.logs:get_logger:0",
-    "keras_tpu_estimator.utils.per_thread:PerThreadList:0",
-    "keras_tpu_estimator.utils.source_lines:<module>:0",
-    "keras_tpu_estimator.xla.readiness:<module>:0",
-    "keras_tpu_estimator.xla.step_compilation:<module>:0",
 }
 
 
