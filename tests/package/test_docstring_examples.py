@@ -69,12 +69,8 @@ def _examples():
 # Fragments not yet rewritten into runnable examples (issue 33): each fails today, and must
 # start passing when its docstring is fixed (strict xfail), then leave this list.
 NOT_YET_RUNNABLE = {
-    "keras_tpu_estimator.host.gather:<module>:0",
     "keras_tpu_estimator.host.loop:<module>:0",
-    "keras_tpu_estimator.host.plan:HostPart:0",
-    "keras_tpu_estimator.host.plan:HostPlan:0",
     "keras_tpu_estimator.host.predictions:PredictionPlan:0",
-    "keras_tpu_estimator.host.predictions:select_keys:0",
     "keras_tpu_estimator.host.runner:HostFunction:0",
     "keras_tpu_estimator.host.runner:HostMetrics:0",
     "keras_tpu_estimator.host.runner:HostRunner:0",
