@@ -16,8 +16,11 @@ def quiet_deprecations() -> contextlib.AbstractContextManager:
     Example:
 
     ```python
-    with quiet_deprecations():
-        signature = tf.compat.v1.saved_model.predict_signature_def(inputs, outputs)
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        with quiet_deprecations():
+            signature = tf.compat.v1.saved_model.predict_signature_def({"x": x}, {"y": 2 * x})
+    assert signature.method_name == "tensorflow/serving/predict"
     ```
     """
     return _deprecation.silence()

@@ -78,8 +78,10 @@ def recording_keras_optimizers(found: list) -> Iterator[None]:
 
     ```python
     found = []
-    with recording_keras_optimizers(found):
-        spec = model_fn(features, labels, mode, params)
+    with tf.Graph().as_default(), recording_keras_optimizers(found):
+        optimizer = keras.optimizers.SGD(0.1)   # as a model_fn would make it
+        optimizer.build([tf.Variable(1.0)])     # its variables: iterations, learning rate
+    assert len(found) == 1 and found[0] is optimizer
     ```
     """
 

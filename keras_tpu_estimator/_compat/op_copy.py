@@ -18,8 +18,13 @@ def copy_op_here(op: tf.Operation) -> tf.Operation:
     Example:
 
     ```python
-    summary = tf.compat.v1.summary.scalar("loss", loss)
-    copy = tf.cond(write, lambda: copy_op_here(summary.op).outputs[0], lambda: tf.constant(""))
+    with tf.Graph().as_default():
+        write = tf.compat.v1.placeholder(tf.bool, [])
+        summary = tf.compat.v1.summary.scalar("loss", tf.constant(0.5))
+        copy = tf.cond(write, lambda: copy_op_here(summary.op).outputs[0], lambda: tf.constant(""))
+        with tf.compat.v1.Session() as session:
+            assert session.run(copy, {write: False}) == b""   # the copy runs only when written
+            assert session.run(copy, {write: True}) != b""
     ```
     """
     graph = tf.compat.v1.get_default_graph()

@@ -17,8 +17,13 @@ def swapped_attribute(owner: Any, name: str, value: Any) -> Iterator[None]:
     Example:
 
     ```python
+    calls = []
+    def record(checkpoint, assignment_map):
+        calls.append(assignment_map)
+
     with swapped_attribute(tf.compat.v1.train, "init_from_checkpoint", record):
-        model_fn(...)
+        tf.compat.v1.train.init_from_checkpoint("/tmp/m", {"w": "w"})   # as model_fn would
+    assert calls == [{"w": "w"}] and tf.compat.v1.train.init_from_checkpoint is not record
     ```
     """
     original = getattr(owner, name)

@@ -32,8 +32,11 @@ def only_strategy_scope(strategy: tf.distribute.Strategy) -> Iterator[tf.distrib
     Example:
 
     ```python
-    with tf.init_scope(), only_strategy_scope(strategy):
-        variable = tf.Variable(0.0, name="w")   # one MirroredVariable
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():                      # the user's scope, entered again below
+        with tf.init_scope(), only_strategy_scope(strategy):
+            variable = tf.Variable(0.0, name="w")   # one MirroredVariable
+    assert type(variable).__name__ == "MirroredVariable"
     ```
     """
     graph = tf.compat.v1.get_default_graph()
@@ -54,8 +57,10 @@ def default_strategy() -> tf.distribute.Strategy:
     Example:
 
     ```python
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0"])
     with mirrored.scope():
-        default_strategy().num_replicas_in_sync   # 1
+        assert tf.distribute.get_strategy() is mirrored
+        assert default_strategy() is not mirrored   # the no-op one
     ```
     """
     from tensorflow.python.distribute import distribute_lib

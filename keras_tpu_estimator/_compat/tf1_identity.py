@@ -43,8 +43,9 @@ class VariableOp:
     Example:
 
     ```python
+    variable = tf.Variable(tf.zeros([2]), name="dense/kernel")   # eager: no graph op in TF2
     with tf1_identity():
-        variable.op.name   # 'dense/kernel', the TF1 name
+        assert variable.op.name == "dense/kernel"   # the TF1 name
     ```
     """
 
@@ -134,9 +135,18 @@ def tf1_identity() -> Iterator[None]:
     Example:
 
     ```python
-    with tf1_identity():
-        names = {v.op.name: v for v in tf.compat.v1.global_variables()}
-        seen = {loss, logits}   # hashable, as in TF1
+    w = tf.Variable(1.0, name="w")
+
+    @tf.function
+    def step():
+        with tf1_identity():
+            loss = w * 2.0
+            names = {w.op.name: w}   # {'w': w}
+            seen = {loss, w}         # hashable, as in TF1
+            assert list(names) == ["w"] and len(seen) == 2
+        return loss
+
+    step()
     ```
     """
     with patched_attributes("tf1_identity", _patches):

@@ -20,8 +20,8 @@ def step(x):
     result, ops = fetched_with_ops(lambda: {"y": x * 2})
     return result
 
-has_xla_kernel("MatMul"), has_xla_kernel("EagerPyFunc")   # True, False
-hlo_text(step, tf.TensorSpec([8, 4]))                     # "HloModule ..."
+assert has_xla_kernel("MatMul") and not has_xla_kernel("EagerPyFunc")
+assert hlo_text(step, [tf.TensorSpec([8, 4])]).startswith("HloModule")
 ```
 """
 

@@ -256,9 +256,12 @@ class TPUContext:
     ```python
     def input_fn(params):
         ctx = params["context"]
-        host, index, count, replicas = ctx.current_input_fn_deployment()
+        host, index, count, replicas = ctx.current_input_fn_deployment()   # (CPU:0, 0, 1, 1) here
         with tf.device(ctx.tpu_host_placement_function(ctx.current_host)):
-            return files.shard(count, index)...
+            dataset = tf.data.Dataset.from_tensor_slices(({"x": x}, y)).shard(count, index)
+            return dataset.repeat().batch(params["batch_size"], drop_remainder=True)
+
+    model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
     ```
     """
 

@@ -3,8 +3,12 @@
 Example:
 
 ```python
-with sharing_worker_errors(model_dir, strategy):
-    model.fit(...)
+strategy = tf.distribute.get_strategy()   # one worker: an error passes through as it is
+try:
+    with sharing_worker_errors(model_dir, strategy):
+        raise ValueError("bad record")   # what model.fit(...) raised on this worker
+except ValueError as error:
+    assert str(error) == "bad record"
 ```
 """
 

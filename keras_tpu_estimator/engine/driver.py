@@ -24,10 +24,14 @@ executions.
 Example:
 
 ```python
-driver = ExecutionDriver(model, host)   # host: the model's `HostRunner`
-for execution in driver.executions(ModeKeys.EVAL, model.make_test_function(), iterator, callbacks):
-    execution.logs = {"loss": execution.loss}
-driver.ended_by        # "input": the dataset ran out
+import types
+
+driver = ExecutionDriver(model, host=None)   # host: the model's `HostRunner`
+driver.iterations_per_loop = IterationsPerLoop(100, "count")
+driver.cached_global_step = 0                # as in a fit, at global step 0
+bound = types.SimpleNamespace(stop_step=3)   # a callback's bound, as StopAtStep's in a fit
+stop_step, cap = driver.bounds([bound])
+assert driver.size(limit=None, stop_step=stop_step, cap=cap) == 3   # cut to the stop step
 ```
 """
 

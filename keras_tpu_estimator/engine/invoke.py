@@ -43,7 +43,9 @@ def check_scaffold(scaffold: Any, where: str) -> None:
     Example:
 
     ```python
-    check_scaffold(spec.scaffold_fn(), "scaffold_fn")
+    with tf.Graph().as_default():
+        scaffold = tf.compat.v1.train.Scaffold(summary_op=tf.constant(""))
+        check_scaffold(scaffold, "scaffold_fn")   # warns: summary_op is not used
     ```
     """
     unused = [name for name in _SCAFFOLD_UNUSED if getattr(scaffold, name, None) is not None]
@@ -69,7 +71,12 @@ def call_scaffold_fn(scaffold_fn: Any, check: bool = True) -> Any:
     Example:
 
     ```python
-    scaffold = call_scaffold_fn(spec.scaffold_fn)
+    with tf.Graph().as_default():
+        scaffold = call_scaffold_fn(lambda: tf.compat.v1.train.Scaffold())
+        try:
+            call_scaffold_fn(lambda: None)
+        except ValueError as error:
+            assert "returns None" in str(error)
     ```
     """
     with model_fn_scope():
@@ -128,10 +135,14 @@ def invoke_model_fn(
     Example:
 
     ```python
+    from keras_tpu_estimator.tf1.legacy import legacy_layers
+
     with tf.Graph().as_default():
-        spec = invoke_model_fn(model_fn, features, labels, ModeKeys.TRAIN,
-                               params={"batch_size": 8}, config=RunConfig(),
+        features, labels = {"x": tf.zeros([8, 4])}, tf.zeros([8, 1])
+        spec = invoke_model_fn(model_fn, features, labels, kte.ModeKeys.TRAIN,
+                               params={"batch_size": 8}, config=kte.RunConfig(),
                                contexts=[legacy_layers()])
+        assert spec.train_op is not None
     ```
     """
     args = function_args(model_fn)

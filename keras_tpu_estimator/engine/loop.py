@@ -171,9 +171,15 @@ def make_loop_function(
     Example:
 
     ```python
+    strategy = tf.distribute.get_strategy()
+
+    def step(batch):   # one replica's step
+        return {"loss": tf.reduce_mean(batch), "weight": tf.constant(2.0)}
+
+    dataset = tf.data.Dataset.range(6).map(lambda i: tf.cast(i, tf.float32)).batch(2)
     loop = make_loop_function(strategy, step)
-    result = loop(iter(dist_dataset), tf.constant(4))
-    int(result.steps)   # 4, or fewer at the end of the input
+    result = loop(iter(strategy.experimental_distribute_dataset(dataset)), tf.constant(4))
+    assert int(result.steps) == 3   # 4 asked, fewer at the end of the input
     ```
     """
 

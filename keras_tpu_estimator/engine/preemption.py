@@ -31,12 +31,16 @@ class StopRequests:
     Example:
 
     ```python
-    stop = StopRequests()
+    stop, executions = StopRequests(), 0
     with stop.installed():
         while not stop.requested:
-            run_one_execution()
-    save_checkpoint()
-    stop.raise_if_requested()
+            executions += 1                    # run one execution
+            stop.request(signal.SIGTERM)       # what the handler does on a preemption notice
+    # save a checkpoint here, then
+    try:
+        stop.raise_if_requested()
+    except SystemExit as exit:
+        assert exit.code == 42 and executions == 1
     ```
     """
 

@@ -7,6 +7,7 @@ from keras_tpu_estimator import estimator as tf_estimator
 
 receiver_fn = tf_estimator.experimental.build_raw_supervised_input_receiver_fn(
     {"x": tf.TensorSpec([None, 4], tf.float32)}, tf.TensorSpec([None, 1], tf.float32))
+estimator.train(input_fn, max_steps=1)
 estimator.export_saved_model(os.path.join(model_dir, "export"), receiver_fn, experimental_mode=tf_estimator.ModeKeys.EVAL)
 ```
 """

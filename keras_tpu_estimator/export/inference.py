@@ -233,11 +233,18 @@ def inference_on_tpu(
     Example:
 
     ```python
-    if params["use_tpu"]:
-        logits = inference_on_tpu(tower, [features["x"]], num_batch_threads=2,
-                                  max_batch_size=8, batch_timeout_micros=1000)[0]
-    else:
-        logits = tower(features["x"])
+    def tower(x):   # the part of the model that runs on the TPU
+        return tf.matmul(x, tf.ones([4, 2]))
+
+    params = {"use_tpu": True}   # the `serve, tpu` MetaGraph's call of model_fn
+    with tf.Graph().as_default():
+        features = {"x": tf.compat.v1.placeholder(tf.float32, [None, 4])}
+        if params["use_tpu"]:
+            logits = inference_on_tpu(tower, [features["x"]], num_batch_threads=2,
+                                      max_batch_size=8, batch_timeout_micros=1000)[0]
+        else:
+            logits = tower(features["x"])
+    assert logits.dtype == tf.float32   # built here; it runs where the SavedModel is served on a TPU
     ```
 
     Differences from TPUEstimator: the arguments are checked when the graph is

@@ -317,7 +317,9 @@ def export_saved_model(
     Example:
 
     ```python
-    path = export_saved_model(os.path.join(model_dir, "export"), receiver_fn, model_fn, "/tmp/m/model.ckpt-100")
+    estimator.train(input_fn, max_steps=1)
+    path = export_saved_model(os.path.join(model_dir, "export"), receiver_fn, model_fn,
+                              estimator.latest_checkpoint())   # model_dir/model.ckpt-1
     tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
     ```
 
@@ -396,6 +398,7 @@ def export_estimator_savedmodel(
     Example:
 
     ```python
+    estimator.train(input_fn, max_steps=1)
     path = export_estimator_savedmodel(estimator, os.path.join(model_dir, "export"), serving_input_receiver_fn)
     tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
     ```

@@ -58,8 +58,10 @@ class TensorServingInputReceiver(
     Example:
 
     ```python
-    x = tf.compat.v1.placeholder(tf.float32, [None, 4])
-    TensorServingInputReceiver(features=x, receiver_tensors=x)
+    with tf.Graph().as_default():   # as in a serving_input_receiver_fn
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        receiver = TensorServingInputReceiver(features=x, receiver_tensors=x)
+    assert receiver.features is x and list(receiver.receiver_tensors) == ["input"]
     ```
     """
 
@@ -79,9 +81,11 @@ class SupervisedInputReceiver(
     Example:
 
     ```python
-    x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
-    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
-    SupervisedInputReceiver({"x": x}, y, {"x": x, "y": y})
+    with tf.Graph().as_default():   # as in the receiver fn of a TRAIN or EVAL export
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+        receiver = SupervisedInputReceiver({"x": x}, y, {"x": x, "y": y})
+    assert receiver.labels is y
     ```
     """
 
@@ -205,7 +209,12 @@ class ClassificationOutput(ExportOutput):
     Example:
 
     ```python
-    export_outputs={"classify": ClassificationOutput(scores=probabilities)}
+    with tf.Graph().as_default():   # in a PREDICT model_fn
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+        probabilities = tf.nn.softmax(tf.matmul(x, tf.ones([4, 3])))
+        export_outputs = {"classify": ClassificationOutput(scores=probabilities)}
+        signature = export_outputs["classify"].as_signature_def({"x": x})
+    assert signature.method_name == "tensorflow/serving/predict"   # inputs other than one string
     ```
     """
 

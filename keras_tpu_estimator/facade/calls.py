@@ -91,7 +91,7 @@ def own_strategy_scope(model: Any) -> Any:
 
     ```python
     with own_strategy_scope(model):
-        model.fit(input_fn, callbacks=callbacks)
+        model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
     ```
     """
     return _compat.only_strategy_scope(model.distribute_strategy)
@@ -150,7 +150,11 @@ def plain_model_fn(model_fn: ModelFn, params: dict) -> ModelFn:
     Example:
 
     ```python
-    model = EstimatorModel(plain_model_fn(model_fn, {"lr": 0.1}), use_tpu=False)
+    def my_model_fn(features, labels, mode, params):   # a plain Estimator's: an EstimatorSpec
+        return model_fn(features, labels, mode, params).as_estimator_spec()
+
+    model = kte.EstimatorModel(plain_model_fn(my_model_fn, {"lr": 0.1}), use_tpu=False, train_batch_size=4)
+    model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])
     ```
     """
     args, own_params = function_args(model_fn), params
@@ -191,7 +195,9 @@ def plain_input_fn(input_fn: InputFn, params: dict, config: RunConfig) -> InputF
     Example:
 
     ```python
-    model.fit(plain_input_fn(lambda: dataset, {}, RunConfig()))   # input_fn() takes nothing
+    dataset = tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(4, drop_remainder=True)
+    model.fit(plain_input_fn(lambda: dataset, {}, RunConfig()),   # input_fn() takes nothing
+              callbacks=[kte.StopAtStep(steps=1)])
     ```
     """
     args, own_params, own_config = function_args(input_fn), params, config

@@ -20,9 +20,16 @@ did; it changes the model it builds and the checks of its arguments.
 Example:
 
 ```python
-estimator = Estimator(model_fn, model_dir=model_dir, params={"learning_rate": 0.1})
-estimator.train(input_fn, max_steps=2)
-estimator.evaluate(input_fn, steps=1)          # {"loss": ..., "accuracy": ..., "global_step": 1000}
+def my_model_fn(features, labels, mode, params):   # returns an EstimatorSpec
+    return model_fn(features, labels, mode, params).as_estimator_spec()
+
+def my_input_fn(params):                           # the Estimator's params: no batch_size
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(4)
+
+estimator = Estimator(my_model_fn, model_dir=model_dir, params={"learning_rate": 0.1})
+estimator.train(my_input_fn, max_steps=2)
+metrics = estimator.evaluate(my_input_fn, steps=1)   # {"loss": ..., "accuracy": ..., "global_step": 2}
+assert metrics["global_step"] == 2 and "accuracy" in metrics
 ```
 """
 
@@ -157,16 +164,19 @@ class Estimator(EstimatorCalls):
     Example:
 
     ```python
+    def my_model_fn(features, labels, mode, params):
+        return model_fn(features, labels, mode, params).as_estimator_spec()
+
     def input_fn(params, input_context=None):      # input_context: under a strategy
-        dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+        dataset = tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat()
         if input_context:
             dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         return dataset.batch(params["batch_size"])
 
-    estimator = Estimator(model_fn, config=RunConfig(model_dir=model_dir), params={"batch_size": 32})
+    estimator = Estimator(my_model_fn, config=RunConfig(model_dir=model_dir), params={"batch_size": 4})
     estimator.train(input_fn, steps=1)
-    for prediction in estimator.predict(predict_input_fn):
-        ...
+    for prediction in estimator.predict(lambda: tf.data.Dataset.from_tensor_slices({"x": x}).batch(4)):
+        assert set(prediction) == {"y", "probabilities", "class"}   # one row's
     ```
 
     Differences from the Estimator: `hooks` may also be Keras callbacks;

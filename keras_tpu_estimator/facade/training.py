@@ -23,9 +23,12 @@ runs where, from `TF_CONFIG`'s task (as the original's `_TrainingExecutor`):
 Example:
 
 ```python
+from keras_tpu_estimator.estimator import LatestExporter
+
 train_spec = TrainSpec(train_input_fn, max_steps=2)
-eval_spec = EvalSpec(eval_input_fn, steps=100, exporters=[LatestExporter("latest", receiver_fn)])
+eval_spec = EvalSpec(eval_input_fn, steps=1, exporters=[LatestExporter("latest", receiver_fn)])
 metrics, export_results = train_and_evaluate(estimator, train_spec, eval_spec)
+assert metrics["global_step"] == 2 and len(export_results) == 1
 ```
 """
 
@@ -164,6 +167,8 @@ class EvalSpec(
     Example:
 
     ```python
+    from keras_tpu_estimator.estimator import FinalExporter
+
     EvalSpec(eval_input_fn, steps=100, exporters=FinalExporter("final", receiver_fn), throttle_secs=60)
     ```
     """
@@ -409,8 +414,9 @@ def train_and_evaluate(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpe
     Example:
 
     ```python
-    metrics, exports = train_and_evaluate(estimator, TrainSpec(train_fn, max_steps=2),
-                                          EvalSpec(eval_fn, steps=10, throttle_secs=0))
+    metrics, exports = train_and_evaluate(estimator, TrainSpec(train_input_fn, max_steps=2),
+                                          EvalSpec(eval_input_fn, steps=1, throttle_secs=0))
+    assert metrics["global_step"] == 2 and exports == []
     ```
     """
     _check_spec(eval_spec, EvalSpec, "eval_spec")

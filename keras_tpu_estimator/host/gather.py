@@ -15,9 +15,12 @@ steps with it (still one host run per execution).
 Example:
 
 ```python
-gathered = GatheredSteps()
+gathered = GatheredSteps(steps=2)   # a host run once 2 steps wait (64 by default)
+labels, logits, mask = np.zeros([1, 4]), np.zeros([1, 4]), np.ones([1, 4])   # one step's
+assert not gathered.add([labels, logits, mask], first_step=10, steps=1)
 if gathered.add([labels, logits, mask], first_step=10, steps=1):   # True: enough to run
     host, first_step, steps = gathered.take()                         # arrays [steps, ...]
+assert host[0].shape == (2, 4) and (first_step, steps) == (10, 2)
 ```
 """
 

@@ -95,8 +95,15 @@ class HostPart:
     Example:
 
     ```python
+    from keras_tpu_estimator.tf1 import model_fn_scope
+
+    with tf.Graph().as_default(), model_fn_scope():   # the build's EVAL spec
+        spec = model_fn({"x": tf.zeros([4, 4])}, tf.zeros([4, 1]), kte.ModeKeys.EVAL, {})
+        plan = HostPlan.from_spec("eval", spec, replicas=1, padded=False)
     part = plan.eval_metrics
-    part.call([labels, predictions])   # metric_fn(labels, predictions)
+    with tf.Graph().as_default():   # the host's graph
+        metrics = part.call([tf.ones([4, 1]), tf.ones([4, 1])])   # metric_fn(labels, y)
+    assert list(metrics) == ["accuracy"]
     ```
     """
 
@@ -160,9 +167,13 @@ class HostPlan:
     Example:
 
     ```python
-    plan = HostPlan.from_spec("eval", spec, replicas=4, padded=True)      # at build
-    tensors = plan.device_values(spec, mask)                              # in the device step
-    host_call, metrics, mask = plan.split(execution_arrays)               # on the host
+    from keras_tpu_estimator.tf1 import model_fn_scope
+
+    with tf.Graph().as_default(), model_fn_scope():   # a replica's EVAL step
+        spec = model_fn({"x": tf.zeros([4, 4])}, tf.zeros([4, 1]), kte.ModeKeys.EVAL, {})
+        plan = HostPlan.from_spec("eval", spec, replicas=4, padded=True)      # at build
+        tensors = plan.device_values(spec, tf.ones([4]))                      # in the device step
+    # on the host: host_call, metrics, mask = plan.split(execution_arrays)
     ```
     """
 

@@ -75,7 +75,8 @@ def select_keys(predictions: Any, predict_keys: Sequence[str] | str | None) -> A
     Example:
 
     ```python
-    select_keys({"class": c, "probabilities": p}, ["class"])   # {"class": c}
+    c, p = tf.constant([1]), tf.constant([[0.9]])
+    assert list(select_keys({"class": c, "probabilities": p}, ["class"])) == ["class"]   # {"class": c}
     ```
     """
     if not predict_keys:

@@ -12,10 +12,11 @@ runs (as the original did: a mode that never runs is never checked).
 Example:
 
 ```python
-BatchPlan("train", 64)                   # checks 64 is a positive integer (at construction)
+BatchPlan("train", 64)                     # checks 64 is a positive integer (at construction)
 plan = BatchPlan("train", 64, replicas=4)  # also checks 64 divides by 4 (when the mode runs)
-plan.per_replica                         # 16: params['batch_size']
-plan.replicas_per_pipeline(input_context)  # replicas one input pipeline feeds
+assert plan.per_replica == 16              # params['batch_size']
+input_context = tf.distribute.InputContext(num_input_pipelines=2, num_replicas_in_sync=4)
+assert plan.replicas_per_pipeline(input_context) == 2   # replicas one input pipeline feeds
 ```
 """
 

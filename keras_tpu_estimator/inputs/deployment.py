@@ -18,8 +18,15 @@ The CPU path (`use_tpu=False`) never comes here.
 Example:
 
 ```python
-deployment = input_deployment(config, "train")   # PER_HOST_V1 unless the config says otherwise
+def call(input_context, batch_size):   # input_fn, called with params["batch_size"] = batch_size
+    return tf.data.Dataset.range(16).batch(batch_size, drop_remainder=True)
+
+plan = BatchPlan("train", 8, replicas=4)
+input_context = tf.distribute.InputContext(num_input_pipelines=1, num_replicas_in_sync=4)
+deployment = input_deployment(kte.RunConfig(), "train")   # PER_HOST_V1 unless the config says otherwise
 dataset = deploy_input(call, deployment, plan, input_context, pad=False, num_replicas=4)
+# PER_HOST_V1: one call with the host's batch of 8, cut into the 4 replicas' slices
+assert [list(batch.numpy()) for batch in dataset.take(2)] == [[0, 1], [2, 3]]
 ```
 """
 

@@ -18,12 +18,14 @@ it before running the script. `tf.contrib` stays absent, as in TF 2.x.
 
 Example:
 
-```python
+(Not run by the docs tests: `install()` changes TensorFlow for the rest of the process.)
+
+```text
 import keras_tpu_estimator
 keras_tpu_estimator.install()
 
 import tensorflow as tf
-estimator = tf.estimator.tpu.TPUEstimator(model_fn, config=tf.estimator.tpu.RunConfig(), ...)
+estimator = tf.estimator.tpu.TPUEstimator(model_fn, config=tf.estimator.tpu.RunConfig(), train_batch_size=8)
 ```
 """
 
@@ -112,7 +114,9 @@ def install() -> None:
 
     Example:
 
-    ```python
+    (Not run by the docs tests: it changes TensorFlow for the rest of the process.)
+
+    ```text
     keras_tpu_estimator.install()
     from tensorflow_estimator.python.estimator.tpu import tpu_estimator  # this library's
     ```

@@ -8,7 +8,9 @@ back from `eval/` event files (`eval_events`). It knows nothing of specs or stra
 Example:
 
 ```python
+estimator.train(input_fn, max_steps=1)
 step = checkpoint_step(tf.train.latest_checkpoint(model_dir))
+assert step == 1
 ```
 """
 

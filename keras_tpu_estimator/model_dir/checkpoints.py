@@ -42,8 +42,10 @@ class DamagedCheckpointError(tf.errors.DataLossError):
     Example:
 
     ```python
+    path = write_checkpoint(os.path.join(model_dir, "model.ckpt-8"), {"w": tf.Variable(1.0)})
+    open(path + ".data-00000-of-00001", "wb").close()   # a save cut short: the data is gone
     try:
-        restore_checkpoint("/tmp/m/model.ckpt-8", variables)
+        restore_checkpoint(path, {"w": tf.Variable(0.0)})
     except DamagedCheckpointError as error:
         print(error.path, error.reason)
     ```

@@ -46,8 +46,9 @@ Limits:
 Example:
 
 ```python
-with ModelDirLock(model_dir):
-    model.fit(...)
+with ModelDirLock(model_dir) as lock:   # another trainer's acquire() now raises ModelDirLockedError
+    assert lock.held                     # write model_dir here
+assert not os.path.exists(lock.path)
 ```
 """
 
@@ -80,10 +81,16 @@ class ModelDirLockedError(RuntimeError):
     Example:
 
     ```python
+    import json
+    import time
+
+    with open(os.path.join(model_dir, LOCK_FILE), "w") as file:   # a live trainer on another host
+        json.dump({"host": "tpu-vm-2", "pid": 7, "started_text": "09:00", "heartbeat": time.time()}, file)
+    lock = ModelDirLock(model_dir)
     try:
         lock.acquire()
     except ModelDirLockedError as e:
-        print(e.host, e.pid, e.started_text, e.heartbeat_age)
+        print(e.host, e.pid, e.started_text, e.heartbeat_age)   # tpu-vm-2 7 09:00 0.0
     ```
     """
 
@@ -124,7 +131,7 @@ class ModelDirLock:
     lock = ModelDirLock(model_dir)
     lock.acquire()
     try:
-        model.fit(...)
+        assert lock.held   # write model_dir here
     finally:
         lock.release()
     ```
@@ -206,7 +213,11 @@ class ModelDirLock:
         Example:
 
         ```python
+        lock = ModelDirLock(model_dir)
+        lock.acquire()
         lock.release()
+        lock.release()   # idempotent
+        assert not os.path.exists(lock.path)
         ```
         """
         token = self._token

@@ -11,8 +11,8 @@ tensors session hooks fetch, `cross_replica` synchronous replicas, and `optimize
 Example:
 
 ```python
-with model_fn_scope():
-    spec = model_fn(features, labels, mode, params)
+with tf.Graph().as_default(), model_fn_scope():
+    spec = model_fn({"x": tf.zeros([4, 4])}, tf.zeros([4, 1]), kte.ModeKeys.TRAIN, {})
 ```
 """
 

@@ -57,8 +57,11 @@ def replica_mean(gradients: list, variables: list) -> list:
     Example:
 
     ```python
-    grads = tf.compat.v1.gradients(loss, tvars)      # this replica's
-    grads = replica_mean(grads, tvars)              # the same on every replica
+    with tf.Graph().as_default():   # inside model_fn, in a replica
+        tvars = [tf.compat.v1.get_variable("w", [2])]
+        loss = tf.reduce_sum(tf.square(tvars[0]))
+        grads = tf.compat.v1.gradients(loss, tvars)      # this replica's
+        grads = replica_mean(grads, tvars)              # the same on every replica
     ```
     """
     context = tf.distribute.get_replica_context()
@@ -181,8 +184,15 @@ def synchronized_gradients() -> Iterator[None]:
     Example:
 
     ```python
-    with synchronized_gradients():
-        strategy.run(train_step, args=(batch,))   # model_fn uses tf.gradients
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with tf.Graph().as_default(), strategy.scope():
+        w = tf.Variable(1.0, name="w")
+
+        def train_step(batch):
+            return tf.compat.v1.gradients(tf.reduce_sum(batch) * w, [w])   # as model_fn does
+
+        with synchronized_gradients():
+            grads = strategy.run(train_step, args=(tf.ones([2]),))   # averaged over replicas
     ```
     """
     with _compat.patched_attributes("synchronized_gradients", _patches):

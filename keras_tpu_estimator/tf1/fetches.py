@@ -66,8 +66,12 @@ def always_increments(fetch: Any, read: tf.Tensor) -> bool:
     Example:
 
     ```python
-    train_op = optimizer.minimize(loss, global_step)
-    always_increments(train_op, global_step.read_value())   # True
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        loss = tf.square(tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.ones_initializer()))
+        optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+        train_op = optimizer.minimize(loss, global_step)
+        assert always_increments(train_op, global_step.read_value())
     ```
     """
     source = read.op

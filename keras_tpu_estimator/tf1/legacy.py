@@ -265,8 +265,9 @@ def model_fn_scope() -> Iterator[None]:
     Example:
 
     ```python
-    with model_fn_scope():
-        spec = model_fn(features, labels, mode, params)
+    with tf.Graph().as_default(), model_fn_scope():   # tf.compat.v1.layers work inside
+        spec = model_fn({"x": tf.zeros([4, 4])}, tf.zeros([4, 1]), kte.ModeKeys.TRAIN, {})
+    assert spec.train_op is not None
     ```
     """
     _collect_updates_in_model_fn()
@@ -292,8 +293,14 @@ def per_replica_collections(graph: tf.Graph | None = None) -> Iterator[None]:
     Example:
 
     ```python
-    with per_replica_collections():
-        strategy.run(step, args=(batch,))   # each replica's get_total_loss() is its own
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+
+    def step(batch):
+        tf.compat.v1.losses.add_loss(tf.reduce_sum(batch))
+        return tf.compat.v1.losses.get_total_loss()
+
+    with tf.Graph().as_default(), per_replica_collections():
+        total = strategy.run(step, args=(tf.ones([2]),))   # each replica's get_total_loss() is its own
     ```
     """
     graph = graph or tf.compat.v1.get_default_graph()
@@ -307,7 +314,9 @@ def summary_names(graph: tf.Graph) -> list[str]:
     Example:
 
     ```python
-    summary_names(build_graph)   # ["my_loss"] after tf.compat.v1.summary.scalar("my_loss", loss)
+    with tf.Graph().as_default() as build_graph:
+        tf.compat.v1.summary.scalar("my_loss", tf.constant(0.5))
+    assert summary_names(build_graph) == ["my_loss:0"]   # the summaries' tensor names
     ```
     """
     return [op.name for op in graph.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)]

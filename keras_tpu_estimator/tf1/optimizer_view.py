@@ -30,8 +30,8 @@ class TrainOpOptimizer:
     Example:
 
     ```python
-    model.fit(input_fn, callbacks=[StopAtStep(steps=1)])
-    int(model.optimizer.iterations)   # 10: the global step
+    model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])   # model_fn's train_op: no Keras optimizer
+    assert int(model.optimizer.iterations) == 1                # the global step
     ```
     """
 
@@ -67,7 +67,9 @@ def train_op_optimizer(passed: Any, created: list, global_step: Any) -> Any:
     Example:
 
     ```python
-    model.optimizer = train_op_optimizer(model.optimizer, [], global_step)
+    global_step = tf.Variable(0, dtype=tf.int64, name="global_step")
+    optimizer = train_op_optimizer(None, [], global_step)   # model_fn created no Keras optimizer
+    assert isinstance(optimizer, TrainOpOptimizer) and optimizer.iterations is global_step
     ```
     """
     if isinstance(passed, keras.optimizers.Optimizer) and not any(passed is found for found in created):

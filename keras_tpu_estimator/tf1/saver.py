@@ -73,7 +73,9 @@ def saver_names(var_list: Any, allow_empty: bool = False) -> dict[str, str]:
     Example:
 
     ```python
-    saver_names({"w/ExponentialMovingAverage": w})   # {'w': 'w/ExponentialMovingAverage'}
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", [1])
+        assert saver_names({"w/ExponentialMovingAverage": w}) == {"w": "w/ExponentialMovingAverage"}
     ```
     """
     if var_list is None:
@@ -257,8 +259,16 @@ def saver_stand_in() -> Iterator[None]:
     Example:
 
     ```python
-    with saver_stand_in():
-        spec = model_fn(features, labels, mode, params)
+    w = tf.Variable(1.0, name="w")
+
+    @tf.function
+    def traced_model_fn():   # as the build traces model_fn
+        with saver_stand_in():
+            saver = tf.compat.v1.train.Saver([w])
+        assert isinstance(saver, TracedSaver) and saver.names == {"w": "w"}
+        return w.read_value()
+
+    traced_model_fn()
     ```
     """
     with _compat.patched_attributes("tf1_saver", _patches):
@@ -430,7 +440,16 @@ def traced_saver_of(scaffold: Any) -> TracedSaver | None:
     Example:
 
     ```python
-    traced_saver_of(spec.scaffold_fn())   # TracedSaver of ema.variables_to_restore()
+    w = tf.Variable(1.0, name="w")
+
+    @tf.function
+    def traced_scaffold_fn():   # as the build calls scaffold_fn
+        with saver_stand_in():
+            scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver({"w": w}))
+        assert traced_saver_of(scaffold) is scaffold.saver   # a TracedSaver
+        return w.read_value()
+
+    traced_scaffold_fn()
     ```
     """
     saver = getattr(scaffold, "saver", None)

@@ -28,7 +28,8 @@ def get_logger(name: str = ROOT) -> logging.Logger:
     Example:
 
     ```python
-    _log = get_logger(__name__)
+    _log = get_logger("keras_tpu_estimator.engine.driver")   # in that module: get_logger(__name__)
+    assert _log.name == "keras_tpu_estimator.engine.driver"
     ```
     """
     package = logging.getLogger(ROOT)

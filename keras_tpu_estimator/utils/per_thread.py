@@ -24,8 +24,14 @@ class PerThreadList(list):
     Example:
 
     ```python
+    import threading
+
     losses = PerThreadList([])
-    losses.append(loss)      # seen only by this thread
+    losses.append("main thread's loss")      # seen only by this thread
+    other = threading.Thread(target=lambda: losses.append("other thread's loss"))
+    other.start()
+    other.join()
+    assert list(losses) == ["main thread's loss"]
     ```
     """
 

@@ -29,7 +29,8 @@ static shapes, the main reasons a TPU program fails to build.
 Example:
 
 ```python
-report = model.check_tpu_compatibility(input_fn)
+model = kte.EstimatorModel(model_fn, train_batch_size=8, eval_batch_size=8, predict_batch_size=8)
+report = model.check_tpu_compatibility(input_fn)   # 8 cores: a batch of 1 each
 print(report)          # each mode with its compiled size, or the problems and their fixes
 assert report.ok
 ```

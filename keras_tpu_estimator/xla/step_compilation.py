@@ -28,8 +28,9 @@ within float rounding.
 Example:
 
 ```python
-model = EstimatorModel(model_fn, train_batch_size=128, jit_compile=True)
+model = kte.EstimatorModel(model_fn, train_batch_size=4, jit_compile=True)
 # or, in a TPUEstimator program: RunConfig(..., jit_compile=True)
+model.fit(input_fn, callbacks=[kte.StopAtStep(steps=1)])   # the replica step is one XLA program
 ```
 """
 

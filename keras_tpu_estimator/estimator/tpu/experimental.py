@@ -19,7 +19,10 @@ class EmbeddingConfigSpec:
     Example:
 
     ```python
-    EmbeddingConfigSpec(feature_columns=...)  # NotImplementedError naming the replacement
+    try:
+        EmbeddingConfigSpec(feature_columns=[])
+    except NotImplementedError as error:   # it names the replacement
+        assert "tf.tpu.experimental.embedding.TPUEmbedding" in str(error)
     ```
     """
 
