@@ -4,9 +4,9 @@
 import (`tensorflow_estimator.python.estimator...`) at this package, so an unchanged
 program runs: `python -m keras_tpu_estimator script.py ARGS...` calls it first.
 
-Example:
+Example (not run by the docs tests: `install()` changes TensorFlow for the rest of the process):
 
-```python
+```text
 import keras_tpu_estimator
 keras_tpu_estimator.install()
 import tensorflow as tf   # tf.estimator.tpu.TPUEstimator is keras_tpu_estimator's

@@ -119,7 +119,7 @@ def test_there_are_examples():
 def test_example(module: str, code: str, tmp_path):
     tree = ast.parse(code)
     namespace = dict(vars(importlib.import_module(module)))
-        # a world name shadows a module global only where that global is a subpackage (kte.model_dir)
+    # a world name shadows a module global only where that global is a subpackage (kte.model_dir)
     missing = {n for n in _free_names(tree) if not hasattr(builtins, n)
                and (n not in namespace or isinstance(namespace[n], types.ModuleType))}
     model_dir = tmp_path / "model_dir"
@@ -127,3 +127,5 @@ def test_example(module: str, code: str, tmp_path):
     namespace.update(world(missing, str(model_dir)))
     namespace.update(os=os, tf=tf, keras=keras, np=np, kte=kte, __name__="docstring_example")
     exec(compile(tree, f"<{module} example>", "exec"), namespace)
+    # An example leaves the process as it found it: the tests after it run in the same one.
+    assert tf.executing_eagerly() and not kte.installed(), "the example changed TensorFlow for the whole process"
