@@ -5,14 +5,17 @@ Keras model (its *owner*, which tracks the variables and holds any Keras
 optimizer):
 
 - **calls**: `model_fn` gets only the arguments it declares, a fresh copy of
-  `params` with `batch_size` (per replica), `use_tpu` and `context`, inside
+  `params` with `batch_size` (per replica), `use_tpu` and `context` (made by the
+  model's `RunPath`, which says which path it runs and what follows), inside
   the variable store and with the batch's padding mask available;
 - **build once**: the first call of each mode traces `model_fn` in a
   throw-away graph from the per-replica element spec, creating every variable,
   running `scaffold_fn`, replaying `init_from_checkpoint`, and recording what
   the host and the device loop will need;
-- **input**: an `input_fn`, a dataset or arrays become a distributed dataset
-  of `params['batch_size']` rows per replica (padded in EVAL and PREDICT);
+- **input**: `inputs.prepare_input` does the input job (an `input_fn`, a
+  dataset or arrays become a distributed dataset of `params['batch_size']`
+  rows per replica, padded in EVAL and PREDICT on the strategy path) and
+  returns what it found; the runner keeps the batch and builds from the spec;
 - **steps**: the per-replica train, test and predict steps the device loop runs.
 
 It leaves the loop to `engine/loop.py`, the host side to `host/runner.py` and the Keras API
