@@ -13,10 +13,17 @@ reading `tf.compat.v1.train.get_global_step()` sees it.
 Example:
 
 ```python
-with graph.as_default():
+with tf.Graph().as_default():
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    feeds, done = build_steps_loop(part, False, lambda values: [part.call(values)], global_step)
-session.run(done, dict(zip(feeds, steps_feeds([0, 1, 2], [7, 8, 9], stacked, None))))
+    total, last = tf.Variable(0.0), tf.Variable(0, dtype=tf.int64)   # what the host function leaves
+    fn = lambda x: [total.assign_add(tf.reduce_sum(x)), last.assign(global_step.read_value())]
+    part = HostPart("host_call", fn, None, (tf.TensorSpec([2], tf.float32),), (False,), (False,))
+    feeds, done = build_steps_loop(part, False, lambda values: part.call(values), global_step)
+    with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        stacked = [np.arange(6, dtype=np.float32).reshape([3, 2])]   # 3 steps of [2] values
+        session.run(done, dict(zip(feeds, steps_feeds([0, 2], [7, 8, 9], stacked, None))))
+        assert session.run([total, last]) == [1.0 + 9.0, 9]   # steps 0 and 2; global step 9 last
 ```
 """
 

@@ -135,10 +135,19 @@ class PredictionPlan:
     Example:
 
     ```python
-    plan = PredictionPlan.at_build(spec.predictions, mask_spec)    # at build
-    outputs = plan.device_outputs(spec.predictions, mask)          # in the step
-    for batch in plan.steps(arrays, count, rows):                  # on the host
-        ...
+    step = {"y": tf.zeros([4, 1]), "class": tf.zeros([4], tf.int64)}   # one step's predictions, 4 rows
+    plan = PredictionPlan.at_build(step, tf.TensorSpec([4], tf.float32))   # at build: padded, a mask
+    mask = tf.constant([1.0, 1, 1, 0])
+    assert plan.device_outputs(step, mask) == (step, mask)   # in the step: as they are
+    # on the host: 2 steps concatenated, the last row of each is padding
+    host_mask = np.array([1, 1, 1, 0] * 2, np.float32)
+    arrays = ({"y": np.arange(8.0).reshape([8, 1]), "class": np.arange(8)}, host_mask)
+    assert [b["class"].tolist() for b in plan.steps(arrays, count=2, rows=4)] == [[0, 1, 2], [4, 5, 6]]
+
+    plan = PredictionPlan.at_build({"y": tf.zeros([3, 1])}, None)   # the CPU path: batches as they are
+    steps = [plan.device_outputs({"y": tf.ones([rows, 1])}, None) for rows in (3, 2)]   # values, dims, ranks
+    arrays = tf.nest.map_structure(lambda *parts: np.concatenate(parts), *steps)       # over the steps
+    assert [batch["y"].shape for batch in plan.steps(arrays, count=2, rows=0)] == [(3, 1), (2, 1)]
     ```
     """
 

@@ -50,9 +50,16 @@ class HostFunction:
     Example:
 
     ```python
+    def host_fn(x):   # the user's host_call function: built once, in the host's own graph
+        return tf.reduce_sum(x) + tf.cast(tf.compat.v1.train.get_global_step(), tf.float32)
+
+    spec = kte.TPUEstimatorSpec("train", loss=tf.constant(0.0), host_call=(host_fn, [tf.zeros([32])]))
+    plan = HostPlan.from_spec("train", spec, replicas=1, padded=False)
     host = HostFunction(plan.host_call)
-    host([np.zeros(32, np.float32)], global_step=7)  # opens the Session, runs one step
+    assert host([np.ones(32, np.float32)], global_step=7) == 32 + 7  # opens the Session, runs one step
+    assert host.is_open
     host.close()                       # flushes summary writers, closes the Session
+    assert not host.is_open
     ```
     """
 
@@ -229,9 +236,17 @@ class HostMetrics:
     Example:
 
     ```python
-    metrics = HostMetrics(plan.eval_metrics, padded=True)
-    metrics.update_steps(stacked_values, stacked_mask, steps=4, global_steps=[9, 9, 9, 9])
-    metrics.result()     # {"accuracy": 0.75}
+    def metric_fn(labels, predictions):
+        return {"accuracy": tf.compat.v1.metrics.accuracy(labels, predictions)}
+
+    rows = tf.zeros([4], tf.int64)   # each step: 4 labels and 4 predictions
+    spec = kte.TPUEstimatorSpec("eval", loss=tf.constant(0.0), eval_metrics=(metric_fn, [rows, rows]))
+    metrics = HostMetrics(HostPlan.from_spec("eval", spec, replicas=1, padded=True).eval_metrics, padded=True)
+    labels, predictions = np.array([[1, 0, 1, 0], [1, 0, 0, 0]]), np.array([[1, 0, 0, 1], [1, 1, 1, 1]])
+    mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0]], np.float32)   # 4 real rows, 3 of them right
+    metrics.update_steps([labels, predictions], mask, steps=2, global_steps=[9, 9])
+    assert metrics.result() == {"accuracy": 0.75}
+    metrics.close()
     ```
     """
 
@@ -434,13 +449,20 @@ class HostRunner:
     Example:
 
     ```python
+    def metric_fn(labels, predictions):
+        return {"accuracy": tf.compat.v1.metrics.accuracy(labels, predictions)}
+
+    rows = tf.zeros([2], tf.int64)   # one replica's step: 2 labels, 2 predictions
+    spec = kte.TPUEstimatorSpec("eval", loss=tf.constant(0.0), eval_metrics=(metric_fn, [rows, rows]))
     runner = HostRunner(every_n_steps=1)
-    runner.record("eval", spec, replicas=4, padded=True)           # at build: the HostPlan
+    plan = runner.record("eval", spec, replicas=2, padded=True)    # at build: the HostPlan
+    assert plan.padded and len(plan.specs) == 3   # labels, predictions, then the mask
+    labels, predictions = np.array([[1, 0, 1, 1], [0, 0, 1, 1]]), np.array([[1, 0, 0, 1], [0, 1, 1, 1]])
+    mask = np.ones([2, 4], np.float32)    # 2 steps, each 4 rows gathered from 2 replicas
     with runner.running("eval"):                                   # one evaluate call
-        runner.submit("eval", host_arrays, first_step=0, steps=4)  # after an execution
-        results = runner.metric_results()                          # {"accuracy": 0.75}
-    # drained, summary writers flushed, the thread and host_call Sessions closed
-    runner.close()                                                 # and the metric Session
+        runner.submit("eval", [labels, predictions, mask], first_step=0, steps=2)   # after an execution
+        assert runner.metric_results() == {"accuracy": 0.75}
+    runner.close()   # drained, the thread and every Session closed
     ```
     """
 

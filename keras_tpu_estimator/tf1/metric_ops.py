@@ -16,9 +16,28 @@ trace of `model_fn`. The accumulators are TF1 local variables, which every
 Example:
 
 ```python
-metrics, _ = StepMetrics.at_build(spec, use_tpu=False)   # in the build graph: creates the variables
-step_output = metrics.step_values(spec)               # in each EVAL step: updates, then values
-metrics.result(last_step_output)                      # {"accuracy": 0.75}
+from keras_tpu_estimator.tf1 import VariableStore
+
+def eval_spec(labels, predictions):   # model_fn's EVAL spec: a TF1 metric in eval_metrics
+    metric_fn = lambda labels, predictions: {"accuracy": tf.compat.v1.metrics.accuracy(labels, predictions)}
+    return kte.TPUEstimatorSpec("eval", loss=tf.constant(0.0), eval_metrics=(metric_fn, [labels, predictions]))
+
+store, built = VariableStore(keras.layers.Layer(), tf.distribute.get_strategy()), []   # the model's variables
+
+@tf.function
+def build(labels, predictions):   # the build's trace: creates the metric variables
+    with store.creating(), store.scope():
+        built.append(StepMetrics.at_build(eval_spec(labels, predictions), use_tpu=False)[0])
+
+@tf.function
+def eval_step(labels, predictions):   # each EVAL step's trace: the updates, then the values read after them
+    with store.scope():
+        return built[0].step_values(eval_spec(labels, predictions))[1]
+
+build.get_concrete_function(tf.zeros([2], tf.int64), tf.zeros([2], tf.int64))
+assert built[0].eval_metrics_in_step and built[0].names == ["accuracy"]   # the CPU path: in the step
+steps = [eval_step(tf.constant(l), tf.constant(p)) for l, p in [([1, 0], [1, 0]), ([1, 1], [0, 1])]]
+assert built[0].result({"accuracy": np.concatenate([s["accuracy"] for s in steps])}) == {"accuracy": 0.75}
 ```
 """
 

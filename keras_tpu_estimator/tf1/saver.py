@@ -127,8 +127,13 @@ def restore_by_names(variables_by_name: Mapping[str, Any], save_path: str, names
     Example:
 
     ```python
-    restore_by_names(model.variables_by_name, "/tmp/m/model.ckpt-10",
-                     {"w": "w/ExponentialMovingAverage"})
+    from keras_tpu_estimator.model_dir import write_checkpoint
+
+    ckpt = os.path.join(model_dir, "model.ckpt-10")
+    write_checkpoint(ckpt, {"w/ExponentialMovingAverage": tf.constant([2.5])})   # an EMA's value
+    w = tf.Variable([0.0])   # the model's variable "w"
+    assert restore_by_names({"w": w}, ckpt, {"w": "w/ExponentialMovingAverage"}) == ["w"]
+    assert w.numpy().tolist() == [2.5]
     ```
     """
     unknown = sorted(name for name in names if name not in variables_by_name)
@@ -150,9 +155,22 @@ class TracedSaver:
     Example:
 
     ```python
-    saver = tf.compat.v1.train.Saver(ema.variables_to_restore())   # inside model_fn
-    saver.names                       # {'w': 'w/ExponentialMovingAverage', 'global_step': 'global_step'}
-    saver.restore(session, ckpt)      # session.restore_variables(ckpt, saver.names)
+    from keras_tpu_estimator.model_dir import write_checkpoint
+
+    w, savers = tf.Variable([0.0], name="w"), []
+    ckpt = os.path.join(model_dir, "model.ckpt-10")
+    write_checkpoint(ckpt, {"w/ExponentialMovingAverage": tf.constant([2.5])})   # an EMA's value
+
+    @tf.function
+    def traced_model_fn():   # as the build traces model_fn (its model_fn_scope enters saver_stand_in)
+        with saver_stand_in():
+            # the Saver of ema.variables_to_restore()
+            savers.append(tf.compat.v1.train.Saver({"w/ExponentialMovingAverage": w}))
+
+    traced_model_fn.get_concrete_function()
+    assert savers[0].names == {"w": "w/ExponentialMovingAverage"}
+    savers[0].restore(ScaffoldSession({"w": w}), ckpt)    # session.restore_variables(ckpt, saver.names)
+    assert w.numpy().tolist() == [2.5]
     ```
     """
 
@@ -291,8 +309,15 @@ class ScaffoldSession:
     Example:
 
     ```python
-    session = ScaffoldSession(model.variables_by_name, strategy)
-    scaffold.init_fn(scaffold, session)   # saver.restore(session, ckpt) or session.run(assign)
+    w, built = tf.Variable(1.0, name="w"), {}
+
+    @tf.function
+    def traced_model_fn():   # as the build traces it: the assign stays in the build graph, never run
+        built["assign"] = w.assign(5.0)
+
+    traced_model_fn.get_concrete_function()
+    session = ScaffoldSession({"w": w})   # what a Scaffold's init_fn(scaffold, session) gets
+    assert session.run(built["assign"]) == 5.0 and w.numpy() == 5.0   # run eagerly, on the variable
     ```
     """
 
@@ -409,7 +434,17 @@ def run_scaffold_initialisers(scaffold: Any, session: ScaffoldSession) -> None:
     Example:
 
     ```python
-    run_scaffold_initialisers(scaffold, ScaffoldSession(model.variables_by_name))
+    w, b, scaffolds = tf.Variable(1.0, name="w"), tf.Variable(0.0, name="b"), []
+
+    @tf.function
+    def traced_scaffold_fn():   # as the build calls scaffold_fn: its ops stay in the build graph
+        assign_b = b.assign(7.0)
+        scaffolds.append(tf.compat.v1.train.Scaffold(
+            init_op=w.assign(3.0).op, init_fn=lambda scaffold, session: session.run(assign_b)))
+
+    traced_scaffold_fn.get_concrete_function()
+    run_scaffold_initialisers(scaffolds[0], ScaffoldSession({"w": w, "b": b}))   # a model just initialised
+    assert (w.numpy(), b.numpy()) == (3.0, 7.0)   # init_op, then init_fn
     ```
     """
     if scaffold is None:
@@ -427,7 +462,15 @@ def run_local_init_op(scaffold: Any, session: ScaffoldSession) -> None:
     Example:
 
     ```python
-    run_local_init_op(scaffold, ScaffoldSession(model.variables_by_name))
+    count, scaffolds = tf.Variable(5.0, name="count"), []   # e.g. a metric's local variable
+
+    @tf.function
+    def traced_scaffold_fn():   # as the build calls scaffold_fn
+        scaffolds.append(tf.compat.v1.train.Scaffold(local_init_op=count.assign(0.0).op))
+
+    traced_scaffold_fn.get_concrete_function()
+    run_local_init_op(scaffolds[0], ScaffoldSession({"count": count}))   # every session, after the restore
+    assert count.numpy() == 0.0
     ```
     """
     if scaffold is not None and scaffold.local_init_op is not None:

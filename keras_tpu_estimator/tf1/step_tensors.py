@@ -18,11 +18,18 @@ the same order) or by name, under the replica's name scope.
 Example:
 
 ```python
-wanted = StepTensors(strategy)
-wanted.want("train", "learning_rate:0", tf.float32, [])   # before the loop is traced
-wanted.at_build("train", spec.training_hooks)              # when the mode is built
-writes = wanted.capture("train", spec)                     # inside the step: assignments
-wanted.value("train", "learning_rate:0")                   # after an execution
+wanted = StepTensors(tf.distribute.get_strategy())
+wanted.want("train", "learning_rate:0", tf.float32, [])   # a hook fetches it: before the step is traced
+wanted.at_build("train", [])                              # the build's spec.training_hooks (none here)
+
+@tf.function
+def train_step(step):   # as the device loop traces it: model_fn, then the assignments capture adds
+    rate = tf.identity(0.1 / tf.cast(step, tf.float32), name="learning_rate")
+    spec = kte.TPUEstimatorSpec("train", loss=rate, train_op=tf.no_op())
+    wanted.capture("train", spec)
+
+train_step(tf.constant(4))
+assert np.isclose(wanted.value("train", "learning_rate:0"), 0.025)   # after an execution
 ```
 """
 

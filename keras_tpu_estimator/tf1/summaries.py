@@ -20,11 +20,20 @@ The schedule lives in a small variable set when `StepSummaries` starts a
 Example:
 
 ```python
-summaries = TF1Summaries()
-summaries.start(tf.summary.create_file_writer(model_dir), first_step=0, every_n_steps=2)
-# in the replica step, after model_fn:  host += [summaries.step_summary(global_step_before)]
-summaries.write(serialized_per_step, steps_after=[1, 2, 3])  # on the host: steps 1 and 3
+summaries, writer = TF1Summaries(), tf.summary.create_file_writer(model_dir)
+summaries.start(writer, first_step=0, every_n_steps=2)
+
+@tf.function
+def replica_step(step_before):   # model_fn's summary, then the step's merged one for the host
+    tf.compat.v1.summary.scalar("loss", tf.cast(step_before, tf.float32))
+    return summaries.step_summary(step_before)
+
+serialized = [replica_step(tf.constant(step, tf.int64)).numpy() for step in range(3)]   # [steps, replicas]
+summaries.write(serialized, steps_after=[1, 2, 3])   # on the host: steps 1 and 3
 summaries.stop()
+writer.flush()
+events = tf.compat.v1.train.summary_iterator(os.path.join(model_dir, os.listdir(model_dir)[0]))
+assert [e.step for e in events if e.summary.value] == [1, 3]
 ```
 """
 
@@ -65,8 +74,11 @@ class TF1Summaries:
     Example:
 
     ```python
-    summaries = TF1Summaries()
-    summaries.start(writer, first_step=model.global_step, every_n_steps=100)   # StepSummaries
+    summaries, writer = TF1Summaries(), tf.summary.create_file_writer(model_dir)
+    summaries.start(writer, first_step=5, every_n_steps=100)   # StepSummaries, as a fit starts at step 5
+    assert summaries.schedule.numpy().tolist() == [5, 100]     # what the device step reads
+    summaries.stop()                                           # the fit ended: no step merges any more
+    assert summaries.schedule.numpy().tolist() == [-1, 0] and summaries.writer is None
     ```
     """
 

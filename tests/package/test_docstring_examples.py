@@ -66,34 +66,7 @@ def _examples():
                 yield pytest.param(module, code, id=f"{module}:{qualname}:{index}")
 
 
-# Fragments not yet rewritten into runnable examples (issue 33): each fails today, and must
-# start passing when its docstring is fixed (strict xfail), then leave this list.
-NOT_YET_RUNNABLE = {
-    "keras_tpu_estimator.host.loop:<module>:0",
-    "keras_tpu_estimator.host.predictions:PredictionPlan:0",
-    "keras_tpu_estimator.host.runner:HostFunction:0",
-    "keras_tpu_estimator.host.runner:HostMetrics:0",
-    "keras_tpu_estimator.host.runner:HostRunner:0",
-    "keras_tpu_estimator.tf1.metric_ops:<module>:0",
-    "keras_tpu_estimator.tf1.saver:ScaffoldSession:0",
-    "keras_tpu_estimator.tf1.saver:TracedSaver:0",
-    "keras_tpu_estimator.tf1.saver:restore_by_names:0",
-    "keras_tpu_estimator.tf1.saver:run_local_init_op:0",
-    "keras_tpu_estimator.tf1.saver:run_scaffold_initialisers:0",
-    "keras_tpu_estimator.tf1.step_tensors:<module>:0",
-    "keras_tpu_estimator.tf1.summaries:<module>:0",
-    "keras_tpu_estimator.tf1.summaries:TF1Summaries:0",
-}
-
-
-def _marked(param):
-    if param.id in NOT_YET_RUNNABLE:
-        return pytest.param(*param.values, id=param.id, marks=pytest.mark.xfail(
-            strict=True, reason="docstring fragment not yet runnable"))
-    return param
-
-
-EXAMPLES = [_marked(p) for p in _examples()]
+EXAMPLES = list(_examples())
 
 
 def _free_names(tree: ast.AST) -> set[str]:
