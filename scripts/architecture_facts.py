@@ -6,7 +6,8 @@
 - *walks*: `ModelFnRunner.distribute_input` (which builds the mode) on a small TF1 `model_fn`, on
   the strategy path, TRAIN then EVAL; a room is crossed when a function of that module has a
   parameter or local of that name; a *climb* is a call from such a function into one of a room
-  on a higher floor (a callback back up the plan). `--wings` counts rooms by wing instead.
+  on a higher floor (a callback back up the plan). `--wings` counts by top-level entry instead:
+  a subpackage (a wing, or `_compat/`) is one room, a top-level module another.
 
 Run: `python scripts/architecture_facts.py [PACKAGE_DIR] [--walks] [--wings]`
 """
@@ -151,10 +152,21 @@ def _floor_of(floor: dict[str, int], room: str) -> int:
     return max((f for module, f in floor.items() if module == room or module.startswith(room + ".")), default=0)
 
 
+def by_entry(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The arrows between the package's top-level entries: a subpackage (a wing) is one room."""
+    def entry(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    grouped: dict[str, set[str]] = {}
+    for module, targets in edges.items():
+        grouped.setdefault(entry(module), set()).update(entry(t) for t in targets)
+    return {room: targets - {room} for room, targets in grouped.items()}
+
+
 def main(argv: list[str]) -> None:
     root = next((a for a in argv if not a.startswith("--")), os.path.join(os.path.dirname(__file__), "..",
                                                                          "keras_tpu_estimator"))
-    edges = arrows(root)
+    edges = by_entry(arrows(root)) if "--wings" in argv else arrows(root)
     print(f"rooms {len(edges)}, arrows {sum(map(len, edges.values()))}, floors {max(floors(edges).values())}")
     if "--walks" in argv:
         for name, (rooms, up) in walks(root, "--wings" in argv).items():
