@@ -62,6 +62,7 @@ from keras_tpu_estimator.tf1 import (
     StepTensors,
     VariableStore,
     always_increments,
+    built_hook_tensors,
     run_local_init_op,
     run_scaffold_initialisers,
     summary_names,
@@ -87,6 +88,7 @@ class ModeRecord:
         output_spec: What each step returns to the caller (PREDICT: `predictions.output_spec`).
         predictions: PREDICT's `PredictionPlan`: how predictions reach the host.
         hooks: The spec's `training_hooks` / `evaluation_hooks` / `prediction_hooks`.
+        hook_tensors: The names of the tensors those hooks held at build (`built_hook_tensors`).
         graph: The build's graph (where hooks find the tensors model_fn computes in the step).
         loss_name: The op name `model_fn` gave its loss (what TF1 hooks fetch).
         host_plan: What each step sends to the host, in which order (`host/plan.py`), or None.
@@ -103,6 +105,7 @@ class ModeRecord:
     output_spec: Any = None
     predictions: PredictionPlan | None = None
     hooks: list = dataclasses.field(default_factory=list)
+    hook_tensors: list = dataclasses.field(default_factory=list)
     graph: Any = None
     loss_name: str | None = None
     host_plan: HostPlan | None = None
@@ -247,10 +250,11 @@ class ModelFnRunner:
                 spec = self.metrics.host_spec(spec)
         # On the CPU path the host gets each step's tensors as model_fn made them (ragged
         # when their shapes vary by step), as the original's CPU path passed them.
-        record.host_plan = self.host.record(
+        plan = HostPlan.from_spec(
             mode, spec, self.path.local_replicas, padded=mask_spec is not None, ragged=self.path.ragged_host_tensors,
             summaries=writes_summaries, mask_rows=None if mask_spec is None else tf.compat.dimension_value(mask_spec.shape[0]),
         )
+        record.host_plan = None if plan is None else self.host.record(plan)
         hooks = {
             ModeKeys.TRAIN: "training_hooks",
             ModeKeys.EVAL: "evaluation_hooks",
@@ -260,7 +264,7 @@ class ModelFnRunner:
         record.scaffold = scaffold
         record.loss_name = getattr(spec.loss, "op", None) and spec.loss.op.name
         record.graph = graph  # where hooks find tensors model_fn computed
-        self.hook_tensors.at_build(mode, record.hooks)
+        record.hook_tensors = built_hook_tensors(record.hooks)
         # TF1 ran init_from_checkpoint as the variables' initializers: once, when
         # they are created (a restore from model_dir comes later and wins).
         variables = self.store.variables_by_name
@@ -326,7 +330,7 @@ class ModelFnRunner:
 
     def _hook_writes(self, mode: str, spec: Any) -> list:
         """The step's writes of the tensors session hooks fetch (`tf1/step_tensors.py`)."""
-        return self.hook_tensors.capture(mode, spec)
+        return self.hook_tensors.capture(mode, spec, self.modes[mode].hook_tensors)
 
     def _host_values(self, mode: str, spec: Any, mask: Any, step_before: Any = None) -> list:
         """What one step sends to the host, in the host plan's order (`host/plan.py`).

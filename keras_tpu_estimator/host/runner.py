@@ -20,7 +20,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
@@ -58,7 +57,7 @@ class HostRunner:
     rows = tf.zeros([2], tf.int64)   # one replica's step: 2 labels, 2 predictions
     spec = kte.TPUEstimatorSpec("eval", loss=tf.constant(0.0), eval_metrics=(metric_fn, [rows, rows]))
     runner = HostRunner(every_n_steps=1)
-    plan = runner.record("eval", spec, replicas=2, padded=True)    # at build: the HostPlan
+    plan = runner.record(HostPlan.from_spec("eval", spec, replicas=2, padded=True))   # at build
     assert plan.padded and len(plan.specs) == 3   # labels, predictions, then the mask
     labels, predictions = np.array([[1, 0, 1, 1], [0, 0, 1, 1]]), np.array([[1, 0, 0, 1], [0, 1, 1, 1]])
     mask = np.ones([2, 4], np.float32)    # 2 steps, each 4 rows gathered from 2 replicas
@@ -72,7 +71,7 @@ class HostRunner:
     def __init__(self, every_n_steps: int = 1, batch_eval_metrics: bool = True):
         self.every_n_steps = every_n_steps
         self.batch_eval_metrics = batch_eval_metrics
-        self._plans: dict[str, HostPlan | None] = {}
+        self._plans: dict[str, HostPlan] = {}
         self._host_calls: dict[str, HostFunction] = {}
         self.metrics: HostMetrics | None = None
         self._worker: concurrent.futures.ThreadPoolExecutor | None = None
@@ -82,24 +81,16 @@ class HostRunner:
         self._gathered = GatheredSteps()  # one-step EVAL executions not yet handed over
         self.tf1_summaries = TF1Summaries()  # model_fn's tf.compat.v1.summary.* in TRAIN
 
-    def record(
-        self, mode: str, spec: Any, replicas: int, padded: bool, ragged: bool = False, summaries: bool = False,
-        mask_rows: int | None = None,
-    ) -> HostPlan | None:
-        """Makes `mode`'s plan at build (`HostPlan.from_spec`) and builds its host functions.
+    def record(self, plan: HostPlan) -> HostPlan:
+        """Keeps a mode's plan, made at build (`HostPlan.from_spec`), and builds its host functions.
 
-        `summaries`: TRAIN steps send their TF1 summaries (`tf1/summaries.py`).
-        `mask_rows`: a padded step's rows per replica.
-        Returns the plan (its `specs` are the loop's `host_spec`), or None when nothing is sent.
+        Returns the plan (its `specs` are the loop's `host_spec`).
         """
-        plan = HostPlan.from_spec(mode, spec, replicas, padded, ragged, summaries, mask_rows)
-        if summaries:
+        if plan.summaries:
             self.tf1_summaries.schedule  # noqa: B018  (made before the step is traced)
-        self._plans[mode] = plan
-        if plan is None:
-            return None
-        if plan.host_call is not None and mode not in self._host_calls:
-            self._host_calls[mode] = host_call_function(plan.host_call, plan.padded)
+        self._plans[plan.mode] = plan
+        if plan.host_call is not None and plan.mode not in self._host_calls:
+            self._host_calls[plan.mode] = host_call_function(plan.host_call, plan.padded)
         if plan.eval_metrics is not None:
             if self.metrics is not None:
                 self.metrics.close(keep_results=False)

@@ -23,8 +23,7 @@ def call(input_context, batch_size):   # input_fn, called with params["batch_siz
 
 plan = BatchPlan("train", 8, replicas=4)
 input_context = tf.distribute.InputContext(num_input_pipelines=1, num_replicas_in_sync=4)
-deployment = input_deployment(kte.RunConfig(), "train")   # PER_HOST_V1 unless the config says otherwise
-dataset = deploy_input(call, deployment, plan, input_context, pad=False, num_replicas=4)
+dataset = deploy_input(call, InputPipelineConfig.PER_HOST_V1, plan, input_context, pad=False, num_replicas=4)
 # PER_HOST_V1: one call with the host's batch of 8, cut into the 4 replicas' slices
 assert [list(batch.numpy()) for batch in dataset.take(2)] == [[0, 1], [2, 3]]
 ```
@@ -37,7 +36,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_tpu_estimator.contract import InputPipelineConfig, ModeKeys
+from keras_tpu_estimator.contract import InputPipelineConfig
 
 from .batch_plan import BatchPlan
 from .padding import pad_batches
@@ -51,7 +50,7 @@ def deploy_input(
 ) -> tf.data.Dataset:
     """One input pipeline's per-replica elements, in replica order, as TPUEstimator deployed `input_fn`.
 
-    `deployment`: the call's `InputPipelineConfig` value (`input_deployment`).
+    `deployment`: the call's `InputPipelineConfig` value (`preparation.deployment_for`).
     `pad`: EVAL / PREDICT batches are padded (to the batch the call was
     given) before any split, so each replica gets a full, masked batch.
     """
@@ -127,23 +126,3 @@ def interleave_replicas(datasets: list[tf.data.Dataset]) -> tf.data.Dataset:
         return tf.nest.map_structure(lambda *tensors: tf.stack(tensors), *elements)
 
     return tf.data.Dataset.zip(tuple(datasets)).map(tf.autograph.experimental.do_not_convert(stack)).unbatch()
-
-
-def input_deployment(config: Any, mode: str) -> int:
-    """How the strategy path deploys `input_fn` in `mode`: TPUEstimator's rule.
-
-    `PER_SHARD_V1` only in TRAIN; `PER_HOST_V2` in every mode; otherwise
-    (and in EVAL / PREDICT under `PER_SHARD_V1`) `PER_HOST_V1`. EVAL / PREDICT
-    with `eval_training_input_configuration=SLICED` (the original's one call
-    with the global batch, sliced over every core) are `PER_HOST_V1`: the
-    same on one host.
-    """
-    pipeline = config.tpu_config.per_host_input_for_training
-    sliced = config.tpu_config.eval_training_input_configuration == InputPipelineConfig.SLICED
-    if sliced and mode != ModeKeys.TRAIN:
-        return InputPipelineConfig.PER_HOST_V1
-    if pipeline == InputPipelineConfig.PER_HOST_V2:
-        return pipeline
-    if pipeline == InputPipelineConfig.PER_SHARD_V1 and mode == ModeKeys.TRAIN:
-        return pipeline
-    return InputPipelineConfig.PER_HOST_V1

@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu_estimator.contract import ModeKeys
+from keras_tpu_estimator.contract import InputPipelineConfig, ModeKeys
 from keras_tpu_estimator.distribute import RunPath
 
 from .batch_plan import BatchPlan
-from .deployment import deploy_input, input_deployment
+from .deployment import deploy_input
 from .input_fn import (
     InputFnCall,
     array_dataset,
@@ -83,6 +83,26 @@ def _input_steps(counts: list[float | None], replicas: int) -> float | None:
     if len(counts) == 1 and replicas == 1:
         return counts[0]
     return None
+
+
+def deployment_for(config: Any, mode: str) -> int:
+    """How the strategy path deploys `input_fn` in `mode`: TPUEstimator's rule.
+
+    `PER_SHARD_V1` only in TRAIN; `PER_HOST_V2` in every mode; otherwise
+    (and in EVAL / PREDICT under `PER_SHARD_V1`) `PER_HOST_V1`. EVAL / PREDICT
+    with `eval_training_input_configuration=SLICED` (the original's one call
+    with the global batch, sliced over every core) are `PER_HOST_V1`: the
+    same on one host.
+    """
+    pipeline = config.tpu_config.per_host_input_for_training
+    sliced = config.tpu_config.eval_training_input_configuration == InputPipelineConfig.SLICED
+    if sliced and mode != ModeKeys.TRAIN:
+        return InputPipelineConfig.PER_HOST_V1
+    if pipeline == InputPipelineConfig.PER_HOST_V2:
+        return pipeline
+    if pipeline == InputPipelineConfig.PER_SHARD_V1 and mode == ModeKeys.TRAIN:
+        return pipeline
+    return InputPipelineConfig.PER_HOST_V1
 
 
 def prepare_input(
@@ -152,7 +172,7 @@ def prepare_input(
     # batch size it is missing, and input_fn may batch as it likes.
     plan = BatchPlan(mode, global_batch, path.num_replicas)
     call = InputFnCall(x, mode, path, config, params, plan)
-    deployment = input_deployment(config, mode) if path.strategy_path else None
+    deployment = deployment_for(config, mode) if path.strategy_path else None
     specs, counts = [], []
 
     def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> Any:

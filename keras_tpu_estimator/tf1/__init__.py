@@ -47,6 +47,7 @@ from .saver import (
 from .step_tensors import (
     StepTensors,
     TracedWithoutError,
+    built_hook_tensors,
 )
 from .summaries import (
     SPEC,
@@ -63,6 +64,7 @@ __all__ = [
     "ScaffoldSession",
     "StepMetrics",
     "StepTensors",
+    "built_hook_tensors",
     "TF1Summaries",
     "TracedSaver",
     "TracedWithoutError",

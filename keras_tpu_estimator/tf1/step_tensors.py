@@ -20,13 +20,13 @@ Example:
 ```python
 wanted = StepTensors(tf.distribute.get_strategy())
 wanted.want("train", "learning_rate:0", tf.float32, [])   # a hook fetches it: before the step is traced
-wanted.at_build("train", [])                              # the build's spec.training_hooks (none here)
+built = built_hook_tensors([])                            # the build's spec.training_hooks (none here)
 
 @tf.function
 def train_step(step):   # as the device loop traces it: model_fn, then the assignments capture adds
     rate = tf.identity(0.1 / tf.cast(step, tf.float32), name="learning_rate")
     spec = kte.TPUEstimatorSpec("train", loss=rate, train_op=tf.no_op())
-    wanted.capture("train", spec)
+    wanted.capture("train", spec, built)
 
 train_step(tf.constant(4))
 assert np.isclose(wanted.value("train", "learning_rate:0"), 0.025)   # after an execution
@@ -36,6 +36,7 @@ assert np.isclose(wanted.value("train", "learning_rate:0"), 0.025)   # after an 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,6 @@ class StepTensors:
         self._variables: dict[str, dict[str, tf.Variable]] = {}
         self._traced: dict[str, set[str]] = {}  # names each mode's step was traced with
         self._written: set[str] = set()
-        self._built: dict[str, list[str]] = {}  # names of the tensors the build's spec hooks held
 
     def wanted(self, mode: str) -> list[str]:
         """The tensor names hooks of `mode` asked for."""
@@ -115,12 +115,12 @@ class StepTensors:
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
 
-    def at_build(self, mode: str, hooks: list) -> None:
-        """Notes the tensors the build's spec hooks hold (their names; `begin()` rebinds the hooks later)."""
-        self._built[mode] = [t.name for t in hook_tensors(list(hooks))]
+    def capture(self, mode: str, spec: Any, built: Sequence[str] = ()) -> list:
+        """Inside `mode`'s step: assignments of this trace's wanted tensors to their variables.
 
-    def capture(self, mode: str, spec: Any) -> list:
-        """Inside `mode`'s step: assignments of this trace's wanted tensors to their variables."""
+        `built`: the names of the tensors the build's spec hooks held (`built_hook_tensors`):
+        the step's own hooks hold this trace's tensors in the same order.
+        """
         variables = self._variables.get(mode, {})
         self._traced[mode] = set(variables)
         if not variables:
@@ -129,7 +129,6 @@ class StepTensors:
         scope = _REPLICA_SCOPE.match(graph.get_name_scope())
         prefix = scope.group(1) + "/" if scope else ""
         rebound: dict[str, tf.Tensor] = {}
-        built = self._built.get(mode, [])
         now = hook_tensors(list(getattr(spec, _HOOKS.get(mode, ""), None) or []))
         if len(built) == len(now):
             rebound = {b: n for b, n in zip(built, now, strict=True)}
@@ -162,3 +161,8 @@ class StepTensors:
 
 
 _HOOKS = {"train": "training_hooks", "eval": "evaluation_hooks", "infer": "prediction_hooks"}
+
+
+def built_hook_tensors(hooks: list) -> list[str]:
+    """The names of the tensors the build's spec hooks hold (`begin()` rebinds the hooks later)."""
+    return [t.name for t in hook_tensors(list(hooks))]

@@ -64,7 +64,7 @@ def executions(seed, steps=(4, 4, 3)):
 def metric_runner(metric_fn=all_metrics, tensors=None, batched=True):
     runner = kte_host.HostRunner(batch_eval_metrics=batched)
     tensors = list(METRIC_SPECS.values()) if tensors is None else tensors
-    plan = runner.record("eval", Spec(eval_metrics=(metric_fn, tensors)), REPLICAS, padded=True)
+    plan = runner.record(kte_host_plan.HostPlan.from_spec("eval", Spec(eval_metrics=(metric_fn, tensors)), REPLICAS, padded=True))
     assert plan is runner.plan("eval") and plan.specs[-1] == tf.TensorSpec([ROWS], tf.float32)
     return runner
 
@@ -214,7 +214,8 @@ def host_call_runner(calls, fail_at=None):
         return tf.numpy_function(record, [ids], tf.int64)
 
     runner = metric_runner()
-    runner.record("train", Spec(host_call=(host_fn, [tf.TensorSpec([ROWS], tf.int64)])), REPLICAS, padded=False)
+    runner.record(kte_host_plan.HostPlan.from_spec(
+        "train", Spec(host_call=(host_fn, [tf.TensorSpec([ROWS], tf.int64)])), REPLICAS, padded=False))
     return runner
 
 
@@ -291,7 +292,7 @@ def test_a_nested_call_closes_only_its_own_sessions(opened_sessions):
 
 def runner_with_host_call(fn, every_n_steps=1):
     runner = kte_host.HostRunner(every_n_steps=every_n_steps)
-    runner.record("train", Spec(host_call=(fn, list(METRIC_SPECS.values()))), REPLICAS, padded=True)
+    runner.record(kte_host_plan.HostPlan.from_spec("train", Spec(host_call=(fn, list(METRIC_SPECS.values()))), REPLICAS, padded=True))
     return runner
 
 
