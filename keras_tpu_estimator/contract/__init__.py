@@ -20,11 +20,13 @@ from .config import (
     IterationsPerLoop,
     RunConfig,
     TPUConfig,
+    check_supported,
+    parse_iterations_per_loop,
+)
+from .counts import (
     check_positive_int,
     check_positive_integer,
-    check_supported,
     index_count,
-    parse_iterations_per_loop,
     plain_count,
     whole_count,
 )
