@@ -1,7 +1,8 @@
 """`EstimatorModel`: a Keras 3 model whose train, test and predict steps call a `model_fn`.
 
 `estimator_model` is the model and its build; `trainer` is its `fit`, `evaluate` and
-`predict`; `keras_methods` the inherited `keras.Model` methods with an estimator meaning;
+`predict`; `keras_methods` the inherited `keras.Model` methods with an estimator meaning (`summary_table`
+writes `summary()`'s table);
 `batch_methods` Keras' single-batch methods. `keras_tpu_estimator.model` is a public path.
 
 Example:

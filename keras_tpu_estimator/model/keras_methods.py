@@ -18,7 +18,6 @@ or raises one error that names the supported way:
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 import uuid
 import weakref
@@ -37,6 +36,8 @@ from keras_tpu_estimator.export import (
 )
 from keras_tpu_estimator.inputs import unpack
 from keras_tpu_estimator.model_dir import write_checkpoint
+
+from .summary_table import variable_table
 
 _NOTHING_BUILT = "nothing built yet: call fit/evaluate/predict or trace first"
 _SAVED_MODEL_ENTRIES = (
@@ -110,83 +111,6 @@ class ModelFnVariables(keras.layers.Layer):
 
     def call(self, inputs: Any) -> Any:
         raise NotImplementedError("The model_fn variables view cannot be called; use `model.predict`.")
-
-
-def _readable_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024:
-            return f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{value:.2f} TB"
-
-
-def _column_widths(
-    rows: list[list[str]], line_length: int | None, positions: list[float] | None
-) -> list[int]:
-    """Column widths (without borders) so that a line is `line_length` characters long."""
-    natural = [max(len(row[i]) for row in rows) + 2 for i in range(len(rows[0]))]
-    borders = len(natural) + 1
-    content = (line_length - borders) if line_length else sum(natural)
-    if positions is None:
-        if line_length is None:
-            return natural
-        widths = [max(3, int(width * content / sum(natural))) for width in natural]
-        widths[0] += max(0, content - sum(widths))
-        return widths
-    if len(positions) != len(natural):
-        raise ValueError(
-            f"`positions` must give the right edge of each of the {len(natural)} columns "
-            f"({', '.join(rows[0])}). Received: {positions}"
-        )
-    edges = [0] + [int(content * p) if max(positions) <= 1 else int(p) for p in positions]
-    return [max(3, b - a) for a, b in zip(edges, edges[1:], strict=False)]
-
-
-def _cell(text: str, width: int, right: bool) -> str:
-    if len(text) > width - 1:
-        text = text[: max(width - 2, 0)] + "…"
-    return text.rjust(width - 1) + " " if right else " " + text.ljust(width - 1)
-
-
-def _table(rows: list[list[str]], widths: list[int]) -> list[str]:
-    """The rows (the first is the header) as a box-drawn table; the last column right-aligned."""
-    right = [False] * (len(widths) - 1) + [True]
-
-    def line(row: list[str]) -> str:
-        return "│" + "│".join(_cell(t, w, r) for t, w, r in zip(row, widths, right, strict=True)) + "│"
-
-    def rule(left: str, mid: str, end: str) -> str:
-        return left + mid.join("─" * w for w in widths) + end
-
-    body = [line(row) for row in rows[1:]]
-    return [rule("┌", "┬", "┐"), line(rows[0]), rule("├", "┼", "┤"), *body, rule("└", "┴", "┘")]
-
-
-def _totals(trainable: list, non_trainable: list, optimizer: list) -> list[str]:
-    """Keras' summary totals: parameters and bytes, in all and per kind."""
-
-    def count(variables: list) -> tuple[int, int]:
-        sizes = [int(np.prod(v.shape)) for v in variables]
-        return sum(sizes), sum(n * tf.as_dtype(v.dtype).size for n, v in zip(sizes, variables, strict=True))
-
-    kinds = {"Trainable": count(trainable), "Non-trainable": count(non_trainable)}
-    if optimizer:
-        kinds["Optimizer"] = count(optimizer)
-    total = (sum(c for c, _ in kinds.values()), sum(b for _, b in kinds.values()))
-    return [f" {kind} params: {c:,} ({_readable_size(b)})" for kind, (c, b) in {"Total": total, **kinds}.items()]
-
-
-def _layer_range_rows(names: list[str], layer_range: Any) -> tuple[int, int]:
-    if layer_range is None:
-        return 0, len(names)
-    if len(layer_range) != 2 or not all(isinstance(p, str) for p in layer_range):
-        raise ValueError(f"layer_range must be two strings (regexes). Received: {layer_range}")
-    starts = [i for i, name in enumerate(names) if re.match(layer_range[0], name)]
-    ends = [i for i, name in enumerate(names) if re.match(layer_range[1], name)]
-    if not starts or not ends:
-        raise ValueError(f"layer_range {layer_range} matches no variable of {names}.")
-    return starts[0], ends[-1] + 1
 
 
 def _raw_receiver_fn(features: Any) -> Callable[[], Any]:
@@ -300,21 +224,9 @@ class KerasMethods:
         if not self.built:
             print_fn(f"{title}\n {_NOTHING_BUILT}.")
             return
-        variables = self.variables_by_name
-        names = list(variables)
-        first, last = _layer_range_rows(names, kwargs.get("layer_range"))
-        rows = [["Variable (TF1 name)", "Shape", "Dtype", "Trainable", "Param #"]]
-        for name in names[first:last]:
-            v = variables[name]
-            shape = "(" + ", ".join(str(d) for d in v.shape) + ("," if len(v.shape) == 1 else "") + ")"
-            rows.append([name, shape, str(v.dtype), "Y" if v.trainable else "N", f"{int(np.prod(v.shape)):,}"])
-        values = list(variables.values())
         optimizer = [v for n, v in self.checkpoint_variables.items() if n.startswith("keras_optimizer/")]
-        text = [title, *_table(rows, _column_widths(rows, line_length, positions))]
-        text += _totals(
-            [v for v in values if v.trainable], [v for v in values if not v.trainable], optimizer
-        )
-        print_fn("\n".join(text))
+        table = variable_table(self.variables_by_name, optimizer, line_length, positions, kwargs.get("layer_range"))
+        print_fn(f"{title}\n{table}")
 
     # ----------------------------------------------------------------- weights
     def set_weights(self, weights: list) -> None:
