@@ -37,13 +37,8 @@ from .optimizer_view import (
     check_learning_rate_callbacks,
     train_op_optimizer,
 )
-from .saver import (
-    ScaffoldSession,
-    TracedSaver,
-    run_local_init_op,
-    run_scaffold_initialisers,
-    traced_saver_of,
-)
+from .saver import TracedSaver, traced_saver_of
+from .scaffold import ScaffoldSession, run_local_init_op, run_scaffold_initialisers
 from .step_tensors import (
     StepTensors,
     TracedWithoutError,

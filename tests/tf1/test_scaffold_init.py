@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu_estimator._compat.tf1_identity import tf1_identity
-from keras_tpu_estimator.tf1.saver import ScaffoldSession
+from keras_tpu_estimator.tf1.scaffold import ScaffoldSession
 from tests.fixtures import scaffold_cases as cases
 from tests.fixtures.same_results import assert_same
 from tests.recorded import ema_numbers_generated as recorded
