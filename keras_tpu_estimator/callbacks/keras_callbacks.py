@@ -245,12 +245,32 @@ class CheckpointSaver(keras.callbacks.Callback):
         with self._listener_graph():
             for listener in self.listeners:
                 listener.end(self._session, step)
-        if self._session is not None:
-            self._session.close()
-        if self._temporary:
-            shutil.rmtree(self._temporary, ignore_errors=True)
-        if self._lock is not None:
-            self._lock.release()
+        self.release()
+
+    def release(self) -> None:
+        """Gives model_dir back: the listeners' session closed, the writer's lock released. Idempotent.
+
+        `on_train_end` ends with it; `fit` calls it when training stops on an
+        error (Keras calls no `on_train_end` then), so a failed run does not keep
+        model_dir locked from other trainers. No checkpoint is written: a TF1
+        `CheckpointSaverHook` saved at `end()`, which an error skipped too.
+
+        Example:
+
+        ```python
+        saver = CheckpointSaver(model_dir, save_steps=1)
+        saver.release()   # nothing held yet: a no-op
+        ```
+        """
+        session, self._session = getattr(self, "_session", None), None
+        if session is not None:
+            session.close()
+        temporary, self._temporary = getattr(self, "_temporary", None), None
+        if temporary:
+            shutil.rmtree(temporary, ignore_errors=True)
+        lock, self._lock = getattr(self, "_lock", None), None
+        if lock is not None:
+            lock.release()
 
 
 class StepSummaries(keras.callbacks.Callback):

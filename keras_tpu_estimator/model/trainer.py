@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from keras_tpu_estimator._compat.keras_state import take_resumed_epoch
-from keras_tpu_estimator.callbacks import as_callback
+from keras_tpu_estimator.callbacks import CheckpointSaver, as_callback
 from keras_tpu_estimator.contract import InputFn, IterationsPerLoop, ModeKeys
 from keras_tpu_estimator.engine import StopRequests
 from keras_tpu_estimator.inputs import keras_input, refuse_keras_arguments
@@ -160,12 +160,18 @@ class EstimatorTrainer:
         )
         stop = StopRequests()
         take_resumed_epoch(self)  # drop an epoch an earlier fit's backup left; on_train_begin may set it
-        with stop.installed():  # until the end: a signal during on_train_end waits for it
-            with self._runner.host.running(ModeKeys.TRAIN):  # host sessions and thread for this call
-                epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
-            self._driver.cached_global_step = None  # the variable is the truth again
-            self._driver.forget_iterator()
-            callbacks.on_train_end(logs=epoch_logs)
+        try:
+            with stop.installed():  # until the end: a signal during on_train_end waits for it
+                with self._runner.host.running(ModeKeys.TRAIN):  # host sessions and thread for this call
+                    epoch_logs = self._fit_loop(callbacks, dataset, function, stop, run)
+                self._driver.cached_global_step = None  # the variable is the truth again
+                self._driver.forget_iterator()
+                callbacks.on_train_end(logs=epoch_logs)
+        except BaseException:  # Keras calls no on_train_end: give model_dir back (its lock) all the same
+            for callback in callbacks.callbacks:
+                if isinstance(callback, CheckpointSaver):
+                    callback.release()
+            raise
         stop.raise_if_requested()
         if run.empty_replica_at is not None:
             raise ValueError(

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -250,3 +251,27 @@ def test_readers_do_not_need_the_lock(tmp_path, live_pid):
     assert open(path).read() == before
     with pytest.raises(ModelDirLockedError):  # while a trainer is refused
         estimator.train(models.input_fn, steps=1)
+
+
+def test_a_training_that_fails_gives_the_lock_back(tmp_path):
+    # A step that raises (here a failed tf.debugging assertion at global step 2) ends `train`
+    # where Keras calls no on_train_end: another trainer (a script beside a notebook whose
+    # kernel lives on) must find model_dir free, and this process trains on.
+    def model_fn(features, labels, mode, params):
+        spec = models.get_variable_mlp(features, labels, mode, params)
+        step = tf.compat.v1.train.get_global_step()
+        with tf.control_dependencies([tf.debugging.assert_less(step, tf.constant(2, tf.int64))]):
+            return spec._replace(loss=tf.identity(spec.loss))
+
+    estimator = models.make_estimator(tmp_path, model_fn=model_fn, params={"optimizer": "sgd"}, k=1)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        estimator.train(models.input_fn, steps=8)
+    assert LOCK_FILE not in os.listdir(tmp_path)
+    lock_path = os.path.join(str(tmp_path), LOCK_FILE)
+    assert not [t for t in threading.enumerate() if t.name == f"lock {lock_path}"]
+    other = subprocess.run(
+        [sys.executable, "-c", "import sys; from keras_tpu_estimator.model_dir import ModelDirLock; "
+         "ModelDirLock(sys.argv[1]).acquire().release()", str(tmp_path)],
+        capture_output=True, text=True, check=False,
+    )
+    assert other.returncode == 0, other.stderr[-2000:]
