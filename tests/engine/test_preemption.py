@@ -11,6 +11,15 @@ from keras_tpu_estimator.engine.preemption import StopRequests
 from tests.fixtures import models
 
 
+@pytest.fixture(autouse=True)
+def python_sigint_handler():
+    """Python's own Ctrl-C handler, as in a terminal: a process started in the background
+    (`cmd &`, some CI runners, pytest-xdist workers) may begin with SIGINT ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 class InterruptAfter(keras.callbacks.Callback):
     """Sends this process SIGINT at the end of the execution that reaches `step`."""
 
