@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 VENV=.venv-tf2.20 TF_PIN="tensorflow-cpu==2.20.* keras==3.11.*" bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=2
 .venv-tf2.20/bin/python -c "import tensorflow as tf, keras; print('TensorFlow', tf.__version__, 'Keras', keras.__version__)"
-.venv-tf2.20/bin/python -m pytest -q -m "not slow and not multiworker and not install" -k "not mirrored4 or test_loop" \
+.venv-tf2.20/bin/python -m pytest -q -n "${PYTEST_WORKERS:-2}" -m "not slow and not multiworker and not install" -k "not mirrored4 or test_loop" \
   tests/engine/test_loop.py tests/facade/test_estimator.py tests/host/test_host_functions.py \
   tests/host/test_runner.py tests/host/test_global_step.py \
   tests/inputs/test_padding.py tests/export/test_saved_model.py tests/export/test_export_v2.py \
