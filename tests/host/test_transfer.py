@@ -1,12 +1,15 @@
 """The one device-to-host transfer format (host/transfer.py): its cutter, its padding rule, any rank."""
 
+import types
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_tpu_estimator as kte
 from keras_tpu_estimator.host import transfer
-from tests.fixtures import models
+from tests.fixtures import models, transfer_cases
+from tests.recorded import transfer_numbers_generated as recorded
 
 
 def encoded_steps(steps):
@@ -77,3 +80,11 @@ def test_a_host_tensor_whose_rank_changes_by_step_reaches_the_host_call(iteratio
     for value, step in seen:
         expected = np.arange(4) + step
         np.testing.assert_array_equal(value, expected if step % 2 == 0 else expected.reshape(2, 2))
+
+
+@pytest.mark.parametrize("iterations_per_loop", transfer_cases.ITERATIONS_PER_LOOP)
+def test_the_rank_changing_host_call_gets_the_originals_values(iterations_per_loop, tmp_path):
+    """The same program through the facade (`tf.compat.v1` model code, `use_tpu=False`), against the original's record."""
+    api = types.SimpleNamespace(estimator=kte.estimator, model_dir=str(tmp_path))
+    seen = transfer_cases.rank_changing_host_call(api, iterations_per_loop)
+    assert seen == recorded.RANK_CHANGING[iterations_per_loop]
