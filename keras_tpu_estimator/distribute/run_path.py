@@ -169,7 +169,7 @@ class RunPath:
         if self.strategy_path:
             return 0
         replicas = self.strategy.num_replicas_in_sync
-        if mode == "infer" and replicas > 1:
+        if mode == ModeKeys.PREDICT and replicas > 1:
             raise ValueError(
                 f"Prediction on the CPU path (use_tpu=False) runs on one replica, as Estimator.predict "
                 f"did, but this model's strategy has {replicas}. Predict with a model made without the "

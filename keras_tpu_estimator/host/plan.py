@@ -30,12 +30,7 @@ from keras_tpu_estimator.contract import ModeKeys
 from keras_tpu_estimator.tf1 import SPEC as SUMMARY_SPEC
 from keras_tpu_estimator.utils import get_logger
 
-from .transfer import (
-    RaggedSteps,
-    drop_padding,  # noqa: F401  (its earlier home; the rule is transfer.py's)
-    ragged_encoding,
-    ragged_specs,
-)
+from .transfer import RaggedSteps, ragged_encoding, ragged_specs
 
 _log = get_logger(__name__)
 
